@@ -1,0 +1,1 @@
+"""Storage adapters for memkit, one subpackage per URL scheme."""

@@ -1,0 +1,359 @@
+"""Long-term memory: facts, preferences, decisions and knowledge, recalled by a hybrid score."""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import anyio
+import msgspec
+
+from memkit._access import AccessTracker
+from memkit._backend import Backend, FilterValue, Hit, Query, Record, Weights
+from memkit._errors import CorruptDataError, NotFoundError, ValidationError
+from memkit._records import Memory, MemoryKind, RecallHit, Scope, new_id, utcnow
+from memkit._validation import check_content, check_importance, check_metadata, epoch, require_scope
+from memkit.embedders import Embedder, as_unit_vectors
+from memkit.text import normalize_for_dedupe
+
+__all__ = ["LongTermConfig", "LongTermMemory", "MemoryPage", "StoreResult"]
+
+_encode_memory = msgspec.json.Encoder().encode
+_decode_memory = msgspec.json.Decoder(Memory).decode
+
+
+class LongTermConfig(msgspec.Struct, frozen=True, kw_only=True):
+    collection: str = "long_term"
+    min_importance: float = 0.0
+    """The importance gate: memories below it are not stored (the caller gets status "rejected")."""
+    max_content_chars: int = 8_000
+    dedupe: bool = True
+    merge_threshold: float = 0.92
+    """Cosine similarity at or above which a new memory updates an existing one in the same scope."""
+    default_k: int = 5
+    max_k: int = 200
+    min_score: float | None = None
+    """Relevance threshold: hits scoring below it are dropped."""
+    weights: Weights = msgspec.field(default_factory=Weights)
+    half_life_days: float = 30.0
+    track_access: bool = True
+
+
+class StoreResult(msgspec.Struct, frozen=True, kw_only=True):
+    status: Literal["stored", "merged", "duplicate", "rejected"]
+    memory: Memory | None
+    reason: str | None = None
+
+
+class MemoryPage(msgspec.Struct, frozen=True, kw_only=True):
+    memories: list[Memory]
+    next_cursor: str | None
+
+
+def _dedupe_key(content: str) -> str:
+    return hashlib.blake2b(normalize_for_dedupe(content).encode(), digest_size=12).hexdigest()
+
+
+def _metadata_fields(metadata: Mapping[str, Any]) -> dict[str, str | int | float | bool]:
+    return {f"meta.{k}": v for k, v in metadata.items() if isinstance(v, str | int | float | bool)}
+
+
+class LongTermMemory:
+    """Per-user (or per-agent) long-term memory over any backend.
+
+    Every call needs ``user_id`` or ``agent_id``; searching all scopes needs ``all_scopes=True``.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        embedder: Embedder,
+        config: LongTermConfig | None = None,
+        access: AccessTracker | None = None,
+    ) -> None:
+        self.backend = backend
+        self.embedder = embedder
+        self.config = config or LongTermConfig()
+        self._access = access
+        # Serialises read-modify-write (merge, update, access counts) within this process.
+        self._write_lock = anyio.Lock()
+
+    @property
+    def _collection(self) -> str:
+        return self.config.collection
+
+    # -- writes ---------------------------------------------------------------------------------
+    async def store(
+        self,
+        content: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        kind: MemoryKind = "fact",
+        importance: float = 0.5,
+        source: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        ttl: timedelta | float | None = None,
+        created_at: datetime | None = None,
+        context: str | None = None,
+    ) -> StoreResult:
+        """Store a memory, or merge it into a near-duplicate; says which in ``status``."""
+        scope = require_scope(user_id, agent_id, session_id)
+        content = check_content(content, self.config.max_content_chars)
+        if context is not None:
+            context = check_content(context, self.config.max_content_chars, "context")
+        importance = check_importance(importance)
+        meta = check_metadata(metadata)
+        if not isinstance(kind, str) or not kind:
+            raise ValidationError(f"kind must be a non-empty string, got {kind!r}")
+        if importance < self.config.min_importance:
+            reason = f"importance {importance} is below the configured minimum {self.config.min_importance}"
+            return StoreResult(status="rejected", memory=None, reason=reason)
+        now = created_at or utcnow()
+        memory = Memory(
+            id=new_id(), scope=scope, kind=kind, content=content, importance=importance, source=source,
+            created_at=now, updated_at=now, expires_at=_expiry(now, ttl), metadata=meta, context=context,
+        )  # fmt: skip
+        vector = await self._embed_one(_index_text(memory))
+        async with self._write_lock:
+            existing = await self._find_duplicate(memory, vector) if self.config.dedupe else None
+            if existing is None:
+                await self.backend.upsert(self._collection, [self._to_record(memory, vector)])
+                return StoreResult(status="stored", memory=memory)
+            found, status = existing
+            merged = _merge(found, memory) if status == "merged" else found
+            if status == "merged":
+                merged_vector = await self._embed_one(_index_text(merged))
+                await self.backend.upsert(self._collection, [self._to_record(merged, merged_vector)])
+            return StoreResult(status=status, memory=merged)
+
+    async def _find_duplicate(
+        self, memory: Memory, vector: Any
+    ) -> tuple[Memory, Literal["merged", "duplicate"]] | None:
+        exact = await self.backend.scan(
+            self._collection, memory.scope, filters={"dedupe": _dedupe_key(memory.content)}, limit=1, now=_now()
+        )
+        for record in exact.records:
+            if record.scope == memory.scope:
+                return _decode(record), "duplicate"
+        query = Query(
+            scope=memory.scope, vector=vector, k=3, now=_now(), min_score=self.config.merge_threshold,
+            weights=Weights(similarity=1.0, lexical=0.0, recency=0.0, importance=0.0),
+        )  # fmt: skip
+        for hit in await self.backend.query(self._collection, query):
+            if hit.record.scope == memory.scope and hit.scores.similarity >= self.config.merge_threshold:
+                return _decode(hit.record), "merged"
+        return None
+
+    async def update(
+        self,
+        memory_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        content: str | None = None,
+        importance: float | None = None,
+        kind: MemoryKind | None = None,
+        metadata: dict[str, Any] | None = None,
+        ttl: timedelta | float | None = None,
+    ) -> Memory:
+        """Change fields of one memory; content changes are re-embedded."""
+        scope = require_scope(user_id, agent_id, None)
+        changes: dict[str, Any] = {}
+        if content is not None:
+            changes["content"] = check_content(content, self.config.max_content_chars)
+        if importance is not None:
+            changes["importance"] = check_importance(importance)
+        if kind is not None:
+            changes["kind"] = kind
+        if metadata is not None:
+            changes["metadata"] = check_metadata(metadata)
+        async with self._write_lock:
+            current = await self.get(memory_id, user_id=scope.user_id, agent_id=scope.agent_id)
+            now = utcnow()
+            if ttl is not None:
+                changes["expires_at"] = _expiry(now, ttl)
+            updated = msgspec.structs.replace(current, updated_at=now, **changes)
+            vector = await self._embed_one(_index_text(updated))
+            await self.backend.upsert(self._collection, [self._to_record(updated, vector)])
+            return updated
+
+    async def forget(self, memory_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> bool:
+        scope = require_scope(user_id, agent_id, None)
+        async with self._write_lock:
+            return await self.backend.delete(self._collection, [memory_id], scope) > 0
+
+    async def forget_all(self, *, user_id: str | None = None, agent_id: str | None = None) -> int:
+        """Delete every memory of a user (or agent); returns how many."""
+        scope = require_scope(user_id, agent_id, None)
+        total = 0
+        async with self._write_lock:
+            while True:
+                page = await self.backend.scan(self._collection, scope, limit=1000)
+                if not page.records:
+                    return total
+                total += await self.backend.delete(self._collection, [r.id for r in page.records], scope)
+
+    async def sweep_expired(self) -> int:
+        """Delete expired memories now (recall never returns them, swept or not)."""
+        async with self._write_lock:
+            return await self.backend.delete_expired(self._collection, _now())
+
+    # -- reads ----------------------------------------------------------------------------------
+    async def get(self, memory_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Memory:
+        scope = require_scope(user_id, agent_id, None)
+        for record in await self.backend.get(self._collection, [memory_id], scope):
+            if not record.is_expired(_now()):
+                return _decode(record)
+        raise NotFoundError(f"no memory {memory_id!r} in scope {scope}")
+
+    async def list(
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        kinds: Sequence[MemoryKind] | None = None,
+        metadata: Mapping[str, FilterValue] | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        all_scopes: bool = False,
+    ) -> MemoryPage:
+        """Memories in a scope, ordered by id; pass ``next_cursor`` back for the next page."""
+        scope = require_scope(user_id, agent_id, session_id, all_scopes=all_scopes)
+        if limit < 1:
+            raise ValidationError("limit must be >= 1")
+        filters = _filters(kinds, metadata)
+        page = await self.backend.scan(self._collection, scope, filters=filters, limit=limit, cursor=cursor, now=_now())
+        return MemoryPage(memories=[_decode(r) for r in page.records], next_cursor=page.next_cursor)
+
+    async def recall(
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        k: int | None = None,
+        kinds: Sequence[MemoryKind] | None = None,
+        metadata: Mapping[str, FilterValue] | None = None,
+        min_score: float | None = None,
+        min_importance: float = 0.0,
+        weights: Weights | None = None,
+        as_of: datetime | None = None,
+        all_scopes: bool = False,
+    ) -> builtins.list[RecallHit]:
+        """The ``k`` (default 5) memories that best match ``query``, best first, with per-signal scores."""
+        scope = require_scope(user_id, agent_id, session_id, all_scopes=all_scopes)
+        query_text = check_content(query, self.config.max_content_chars, "query")
+        k = self.config.default_k if k is None else k
+        if not 1 <= k <= self.config.max_k:
+            raise ValidationError(f"k must be in 1..{self.config.max_k}, got {k}")
+        threshold = self.config.min_score if min_score is None else min_score
+        backend_query = Query(
+            scope=scope, all_scopes=all_scopes, vector=await self._embed_one(query_text), text=query_text,
+            filters=_filters(kinds, metadata), k=k, weights=weights or self.config.weights,
+            now=_now() if as_of is None else epoch(as_of), half_life_s=self.config.half_life_days * 86400.0,
+            min_importance=check_importance(min_importance),
+            min_score=-math.inf if threshold is None else threshold,
+        )  # fmt: skip
+        hits = [_to_hit(hit) for hit in await self.backend.query(self._collection, backend_query)]
+        if self._access is not None and self.config.track_access and hits:
+            self._access.touch(self, [hit.memory.id for hit in hits], scope)
+        return hits
+
+    # -- access statistics (applied in the background by AccessTracker) ------------------------
+    async def apply_access(self, counts: Mapping[str, int], scope: Scope, at: datetime) -> None:
+        async with self._write_lock:
+            records = await self.backend.get(self._collection, list(counts), scope)
+            touched = []
+            for record in records:
+                memory = _decode(record)
+                memory = msgspec.structs.replace(
+                    memory, access_count=memory.access_count + counts[memory.id], last_accessed_at=at
+                )
+                touched.append(msgspec.structs.replace(record, body=_encode_memory(memory)))
+            if touched:
+                await self.backend.upsert(self._collection, touched)
+
+    # -- helpers ----------------------------------------------------------------------------------
+    async def _embed_one(self, text: str) -> Any:
+        return as_unit_vectors(await self.embedder.embed([text]))[0]
+
+    def _to_record(self, memory: Memory, vector: Any) -> Record:
+        return Record(
+            id=memory.id,
+            scope=memory.scope,
+            body=_encode_memory(memory),
+            text=_index_text(memory),
+            vector=vector,
+            importance=memory.importance,
+            timestamp=epoch(memory.updated_at),
+            expires_at=None if memory.expires_at is None else epoch(memory.expires_at),
+            fields={"kind": memory.kind, "dedupe": _dedupe_key(memory.content), **_metadata_fields(memory.metadata)},
+        )
+
+
+def _now() -> float:
+    return utcnow().timestamp()
+
+
+def _index_text(memory: Memory) -> str:
+    return memory.content if memory.context is None else f"{memory.context}\n{memory.content}"
+
+
+def _expiry(now: datetime, ttl: timedelta | float | None) -> datetime | None:
+    if ttl is None:
+        return None
+    delta = ttl if isinstance(ttl, timedelta) else timedelta(seconds=float(ttl))
+    if delta.total_seconds() <= 0:
+        raise ValidationError(f"ttl must be positive, got {ttl!r}")
+    return now + delta
+
+
+def _merge(existing: Memory, newer: Memory) -> Memory:
+    """A near-duplicate refreshes what is known: newer wording, the higher importance, merged metadata."""
+    return msgspec.structs.replace(
+        existing,
+        content=newer.content,
+        importance=max(existing.importance, newer.importance),
+        updated_at=newer.updated_at,
+        metadata={**existing.metadata, **newer.metadata},
+        expires_at=newer.expires_at if existing.expires_at is not None else None,
+        context=newer.context or existing.context,
+    )
+
+
+def _filters(kinds: Sequence[MemoryKind] | None, metadata: Mapping[str, FilterValue] | None) -> dict[str, FilterValue]:
+    filters: dict[str, FilterValue] = {}
+    if kinds is not None:
+        if isinstance(kinds, str):
+            kinds = [kinds]
+        filters["kind"] = list(kinds)
+    for key, value in (metadata or {}).items():
+        filters[f"meta.{key}"] = value
+    return filters
+
+
+def _decode(record: Record) -> Memory:
+    try:
+        return _decode_memory(record.body)
+    except msgspec.DecodeError as exc:
+        raise CorruptDataError(f"stored memory {record.id!r} cannot be decoded: {exc}") from exc
+
+
+def _to_hit(hit: Hit) -> RecallHit:
+    scores = hit.scores
+    return RecallHit(
+        memory=_decode(hit.record),
+        score=scores.final,
+        similarity=scores.similarity,
+        lexical=scores.lexical,
+        recency=scores.recency,
+        importance=scores.importance,
+    )

@@ -1,0 +1,54 @@
+"""A deterministic, non-semantic embedder for tests and zero-dependency runs."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+from memkit.embedders._base import Matrix
+from memkit.text import tokenize
+
+__all__ = ["HashingEmbedder"]
+
+
+class HashingEmbedder:
+    """Feature hashing of stemmed words (and word pairs) into ``dim`` signed buckets.
+
+    Not semantic: "car" and "automobile" share nothing. Texts sharing words get
+    similar vectors, which is enough for tests and for running with no model.
+    """
+
+    def __init__(self, dim: int = 384) -> None:
+        if dim < 8:
+            raise ValueError("dim must be >= 8")
+        self._dim = dim
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def model_id(self) -> str:
+        return f"hashing-v1-{self._dim}"
+
+    def _embed_one(self, text: str) -> Matrix:
+        vector = np.zeros(self._dim, np.float32)
+        tokens = tokenize(text) or [text.strip().lower() or "\0empty"]
+        features = tokens + [f"{a} {b}" for a, b in itertools.pairwise(tokens)]
+        for feature in features:
+            digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+            bucket = int.from_bytes(digest[:4], "little") % self._dim
+            vector[bucket] += 1.0 if digest[4] & 1 else -1.0
+        norm = float(np.linalg.norm(vector))
+        if norm == 0:
+            vector[0] = 1.0
+            norm = 1.0
+        return vector / norm
+
+    async def embed(self, texts: Sequence[str]) -> Matrix:
+        if not texts:
+            return np.zeros((0, self._dim), np.float32)
+        return np.stack([self._embed_one(text) for text in texts])

@@ -1,0 +1,167 @@
+"""Hybrid scoring over columns: the numba kernels and their NumPy reference.
+
+Importing this module imports numba; ``import memkit`` does not.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Literal, NamedTuple
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from memkit.scoring import _kernels
+from memkit.scoring._reference import reference_top_k
+
+__all__ = [
+    "PARALLEL_MIN_ROWS",
+    "Columns",
+    "ScoreParams",
+    "StorageDtype",
+    "TopK",
+    "encode_vectors",
+    "reference_top_k",
+    "set_threads",
+    "stream_floor",
+    "top_k",
+]
+
+StorageDtype = Literal["float32", "float16", "int8"]
+
+PARALLEL_MIN_ROWS = 50_000
+"""Below this many rows one thread wins: on shared 2-core machines a busy core makes 2-thread calls 50x slower."""
+
+_settings = {"threads": max(1, int(os.environ.get("MEMKIT_SCORING_THREADS", "0") or 0) or (os.cpu_count() or 1))}
+# numba's default threading layers are not safe for concurrent parallel launches from several
+# threads, so parallel scans are serialised; serial scans (the common, per-user case) are not.
+_parallel_lock = threading.Lock()
+_EMPTY_F32 = np.zeros(0, dtype=np.float32)
+_EMPTY_U8 = np.zeros(0, dtype=np.uint8)
+
+
+def set_threads(n: int) -> None:
+    """Threads used by scans over at least ``PARALLEL_MIN_ROWS`` rows (env: MEMKIT_SCORING_THREADS)."""
+    if n < 1:
+        raise ValueError("threads must be >= 1")
+    _settings["threads"] = min(n, numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+
+
+class Columns(NamedTuple):
+    """Column views the kernel reads; arrays may be longer than ``n_rows`` (growth slack)."""
+
+    n_rows: int
+    vectors: npt.NDArray[np.float32] | npt.NDArray[np.uint16] | npt.NDArray[np.int8]
+    scales: npt.NDArray[np.float32]
+    importance: npt.NDArray[np.float32]
+    timestamps: npt.NDArray[np.float64]
+    expires: npt.NDArray[np.float64]
+    alive: npt.NDArray[np.uint8]
+    scope_cols: npt.NDArray[np.int32]
+    """shape (3, capacity): interned user, agent and session ids; -1 for none."""
+
+
+class ScoreParams(NamedTuple):
+    now: float
+    half_life_s: float
+    min_importance: float
+    w_similarity: float
+    w_lexical: float
+    w_recency: float
+    w_importance: float
+    min_score: float
+
+
+class TopK(NamedTuple):
+    rows: npt.NDArray[np.int64]
+    final: npt.NDArray[np.float32]
+    similarity: npt.NDArray[np.float32]
+
+
+def encode_vectors(
+    matrix: npt.NDArray[np.float32], dtype: StorageDtype
+) -> tuple[npt.NDArray[np.float32] | npt.NDArray[np.uint16] | npt.NDArray[np.int8], npt.NDArray[np.float32]]:
+    """Stored form of float32 rows: (values, per-row scales; scales are used by int8 only)."""
+    ones = np.ones(matrix.shape[0], dtype=np.float32)
+    if dtype == "float32":
+        return np.ascontiguousarray(matrix, dtype=np.float32), ones
+    if dtype == "float16":
+        return np.ascontiguousarray(matrix.astype(np.float16).view(np.uint16)), ones
+    if dtype == "int8":
+        peak = np.abs(matrix).max(axis=1) if matrix.size else np.zeros(0, np.float32)
+        scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
+        quantized = np.clip(np.rint(matrix / scales[:, None]), -127, 127).astype(np.int8)
+        return np.ascontiguousarray(quantized), scales
+    raise ValueError(f"unknown storage dtype {dtype!r}; use float32, float16 or int8")
+
+
+def top_k(
+    columns: Columns,
+    params: ScoreParams,
+    k: int,
+    *,
+    scope_want: tuple[int, int, int] = (-1, -1, -1),
+    query: npt.NDArray[np.float32] | None = None,
+    lexical: npt.NDArray[np.float32] | None = None,
+    extra_mask: npt.NDArray[np.uint8] | None = None,
+    threads: int | None = None,
+) -> TopK:
+    """Best ``k`` rows by the fused hybrid score, best first."""
+    n_threads = threads or (_settings["threads"] if columns.n_rows >= PARALLEL_MIN_ROWS else 1)
+    n_chunks = max(1, min(n_threads, columns.n_rows, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+    heap_scores = np.full((n_chunks, k), -np.inf, dtype=np.float32)
+    heap_rows = np.full((n_chunks, k), -1, dtype=np.int64)
+    heap_sims = np.zeros((n_chunks, k), dtype=np.float32)
+    counts = np.zeros(n_chunks, dtype=np.int64)
+    args = (
+        columns.n_rows,
+        columns.vectors,
+        columns.scales,
+        _EMPTY_F32 if query is None else np.ascontiguousarray(query, dtype=np.float32),
+        _EMPTY_F32 if lexical is None else lexical,
+        columns.importance,
+        columns.timestamps,
+        columns.expires,
+        columns.alive,
+        columns.scope_cols,
+        np.asarray(scope_want, dtype=np.int32),
+        _EMPTY_U8 if extra_mask is None else extra_mask,
+        np.asarray(params, dtype=np.float64),
+        heap_scores,
+        heap_rows,
+        heap_sims,
+        counts,
+    )
+    if k <= 0 or columns.n_rows == 0:
+        return TopK(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.float32))
+    if n_chunks == 1:
+        _kernels.scan_serial(*args)
+    else:
+        with _parallel_lock:
+            numba.set_num_threads(n_chunks)
+            _kernels.scan_parallel(*args)
+    return _merge_heaps(heap_scores, heap_rows, heap_sims, counts, k)
+
+
+def _merge_heaps(
+    scores: npt.NDArray[np.float32],
+    rows: npt.NDArray[np.int64],
+    sims: npt.NDArray[np.float32],
+    counts: npt.NDArray[np.int64],
+    k: int,
+) -> TopK:
+    keep = np.arange(scores.shape[1])[None, :] < counts[:, None]
+    flat_scores, flat_rows, flat_sims = scores[keep], rows[keep], sims[keep]
+    # Ties are broken by row so results are deterministic across thread counts.
+    order = np.lexsort((flat_rows, -flat_scores))[:k]
+    return TopK(flat_rows[order], flat_scores[order], flat_sims[order])
+
+
+def stream_floor(vectors: npt.NDArray[np.generic], n_rows: int, threads: int | None = None) -> float:
+    """Reads ``vectors[:n_rows]`` once; time it to get the memory-bandwidth floor of a scan."""
+    n = threads or _settings["threads"]
+    with _parallel_lock:
+        numba.set_num_threads(n)
+        return float(_kernels.stream_floor(vectors, n_rows, n))

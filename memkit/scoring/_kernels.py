@@ -1,0 +1,206 @@
+"""The fused hybrid-scoring kernels (numba).
+
+One pass over contiguous columns computes, for every row that passes the
+masks (alive, scope, expiry, minimum importance, optional extra mask),
+
+    final = w_sim * similarity + w_lex * lexical + w_rec * recency + w_imp * importance
+    recency = 0.5 ** (age / half_life)
+
+and keeps the top k in a small min-heap, so nothing of size N is allocated.
+Rows the mask rejects never pay for their dot product, which is what makes
+per-user scoping cheap. Vectors are float32, float16 (stored as raw uint16
+bits, widened by an LLVM ``fpext`` that compiles to F16C) or int8 with a
+per-row scale.
+
+Everything is ``cache=True``; the thread count is an argument because calling
+``numba.get_num_threads()`` inside a jitted function disables caching.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic, overload
+
+_LN2 = math.log(2.0)
+
+
+@intrinsic
+def _half_bits_to_float(typingctx: Any, bits: Any) -> Any:  # pragma: no cover - compiled
+    if not isinstance(bits, types.Integer) or bits.bitwidth != 16:
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        half = builder.bitcast(args[0], ir.HalfType())
+        return builder.fpext(half, ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+def row_dot(vectors: Any, scales: Any, row: int, query: Any) -> float:  # pragma: no cover
+    """Dot product of stored row ``row`` with ``query``; only callable from jitted code."""
+    raise NotImplementedError("row_dot is only available inside numba-compiled code")
+
+
+@overload(row_dot, jit_options={"fastmath": True})
+def _row_dot_overload(vectors: Any, scales: Any, row: Any, query: Any) -> Any:  # pragma: no cover
+    dtype = vectors.dtype
+    if dtype == types.float32:
+
+        def dot_f32(vectors: Any, scales: Any, row: Any, query: Any) -> Any:
+            acc = np.float32(0.0)
+            for j in range(query.shape[0]):
+                acc += vectors[row, j] * query[j]
+            return acc
+
+        return dot_f32
+    if dtype == types.uint16:
+
+        def dot_f16(vectors: Any, scales: Any, row: Any, query: Any) -> Any:
+            acc = np.float32(0.0)
+            for j in range(query.shape[0]):
+                acc += _half_bits_to_float(vectors[row, j]) * query[j]
+            return acc
+
+        return dot_f16
+    if dtype == types.int8:
+
+        def dot_i8(vectors: Any, scales: Any, row: Any, query: Any) -> Any:
+            acc = np.float32(0.0)
+            for j in range(query.shape[0]):
+                acc += np.float32(vectors[row, j]) * query[j]
+            return acc * scales[row]
+
+        return dot_i8
+    return None
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def _heap_push(heap_scores: Any, heap_rows: Any, heap_sims: Any, count: int, score: float, row: int, sim: float) -> int:
+    """Min-heap keyed by score, capacity len(heap_scores); returns the new count."""
+    k = heap_scores.shape[0]
+    if count < k:
+        pos = count
+        count += 1
+        while pos > 0:
+            parent = (pos - 1) >> 1
+            if heap_scores[parent] <= score:
+                break
+            heap_scores[pos] = heap_scores[parent]
+            heap_rows[pos] = heap_rows[parent]
+            heap_sims[pos] = heap_sims[parent]
+            pos = parent
+    else:
+        if score <= heap_scores[0]:
+            return count
+        pos = 0
+        while True:
+            child = 2 * pos + 1
+            if child >= k:
+                break
+            if child + 1 < k and heap_scores[child + 1] < heap_scores[child]:
+                child += 1
+            if heap_scores[child] >= score:
+                break
+            heap_scores[pos] = heap_scores[child]
+            heap_rows[pos] = heap_rows[child]
+            heap_sims[pos] = heap_sims[child]
+            pos = child
+    heap_scores[pos] = score
+    heap_rows[pos] = row
+    heap_sims[pos] = sim
+    return count
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def _scan_range(
+    start: int, stop: int, vectors: Any, scales: Any, query: Any, lexical: Any, importance: Any,
+    timestamps: Any, expires: Any, alive: Any, scope_cols: Any, scope_want: Any, extra_mask: Any,
+    params: Any, heap_scores: Any, heap_rows: Any, heap_sims: Any,
+) -> int:  # fmt: skip
+    now, half_life, min_importance, w_sim, w_lex, w_rec, w_imp, min_score = (
+        params[0], params[1], params[2], params[3], params[4], params[5], params[6], params[7],
+    )  # fmt: skip
+    has_vector = query.shape[0] > 0
+    has_lex = lexical.shape[0] > 0
+    has_extra = extra_mask.shape[0] > 0
+    decay = _LN2 / half_life
+    want_u, want_a, want_s = scope_want[0], scope_want[1], scope_want[2]
+    count = 0
+    k = heap_scores.shape[0]
+    # The heap's minimum, kept in a register: most rows lose to it and never touch the heap.
+    threshold = -np.inf
+    for i in range(start, stop):
+        if not alive[i]:
+            continue
+        if want_u >= 0 and scope_cols[0, i] != want_u:
+            continue
+        if want_a >= 0 and scope_cols[1, i] != want_a:
+            continue
+        if want_s >= 0 and scope_cols[2, i] != want_s:
+            continue
+        if expires[i] <= now:
+            continue
+        imp = importance[i]
+        if imp < min_importance:
+            continue
+        if has_extra and not extra_mask[i]:
+            continue
+        sim = row_dot(vectors, scales, i, query) if has_vector else np.float32(0.0)
+        lex = lexical[i] if has_lex else np.float32(0.0)
+        age = now - timestamps[i]
+        recency = math.exp(-max(age, 0.0) * decay)
+        score = w_sim * sim + w_lex * lex + w_rec * recency + w_imp * imp
+        if score < min_score or score <= threshold:
+            continue
+        count = _heap_push(heap_scores, heap_rows, heap_sims, count, score, i, sim)
+        if count == k:
+            threshold = heap_scores[0]
+    return count
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def scan_serial(
+    n_rows: int, vectors: Any, scales: Any, query: Any, lexical: Any, importance: Any, timestamps: Any,
+    expires: Any, alive: Any, scope_cols: Any, scope_want: Any, extra_mask: Any, params: Any,
+    heap_scores: Any, heap_rows: Any, heap_sims: Any, counts: Any,
+) -> None:  # fmt: skip
+    counts[0] = _scan_range(
+        0, n_rows, vectors, scales, query, lexical, importance, timestamps, expires, alive,
+        scope_cols, scope_want, extra_mask, params, heap_scores[0], heap_rows[0], heap_sims[0],
+    )  # fmt: skip
+
+
+@njit(cache=True, fastmath=True, nogil=True, parallel=True)
+def scan_parallel(
+    n_rows: int, vectors: Any, scales: Any, query: Any, lexical: Any, importance: Any, timestamps: Any,
+    expires: Any, alive: Any, scope_cols: Any, scope_want: Any, extra_mask: Any, params: Any,
+    heap_scores: Any, heap_rows: Any, heap_sims: Any, counts: Any,
+) -> None:  # fmt: skip
+    n_chunks = heap_scores.shape[0]
+    chunk = (n_rows + n_chunks - 1) // n_chunks
+    for c in prange(n_chunks):
+        start = c * chunk
+        stop = min(n_rows, start + chunk)
+        counts[c] = _scan_range(
+            start, stop, vectors, scales, query, lexical, importance, timestamps, expires, alive,
+            scope_cols, scope_want, extra_mask, params, heap_scores[c], heap_rows[c], heap_sims[c],
+        )  # fmt: skip
+
+
+@njit(cache=True, fastmath=True, nogil=True, parallel=True)
+def stream_floor(vectors: Any, n_rows: int, n_chunks: int) -> float:
+    """Reads every byte of ``vectors[:n_rows]`` once: the memory-bandwidth floor of a scan."""
+    chunk = (n_rows + n_chunks - 1) // n_chunks
+    total = 0.0
+    for c in prange(n_chunks):
+        acc = np.float32(0.0)
+        for i in range(c * chunk, min(n_rows, (c + 1) * chunk)):
+            for j in range(vectors.shape[1]):
+                acc += np.float32(vectors[i, j])
+        total += acc
+    return total

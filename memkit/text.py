@@ -1,0 +1,45 @@
+"""Text helpers shared by every backend: the lexical tokenizer and dedupe normalisation.
+
+One tokenizer for all embedded backends keeps lexical scores identical
+whether a memory lives in ``memory://`` or ``sqlite://``.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+from typing import Any, Final
+
+__all__ = ["STOP_WORDS", "normalize_for_dedupe", "tokenize"]
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+STOP_WORDS: Final = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have having
+    he her here hers herself him himself his how i if in into is it its itself just me more most my myself no
+    nor not now of off on once only or other our ours ourselves out over own same she should so some such
+    than that the their theirs them themselves then there these they this those through to too under until up
+    very was we were what when where which while who whom why will with would you your yours yourself
+    yourselves s t don ll m re ve d""".split()  # noqa: SIM905 - a word list reads better as text
+)
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> Any:
+    import Stemmer  # PyStemmer: Snowball stemmers in C
+
+    return Stemmer.Stemmer("english")
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased, stop-word-free, Snowball-stemmed word tokens."""
+    words = [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+    return list(_stemmer().stemWords(words)) if words else []
+
+
+def normalize_for_dedupe(text: str) -> str:
+    """Text equal under this is an exact duplicate: case, accents' forms, punctuation and spacing ignored."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return " ".join(_WORD.findall(folded))
