@@ -61,8 +61,13 @@ class LocalEmbedder:
                 return self._model
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
             try:
+                import transformers
                 from sentence_transformers import SentenceTransformer
+
+                transformers.logging.disable_progress_bar()
             except ImportError as exc:
                 raise MissingDependencyError(
                     f"LocalEmbedder needs sentence-transformers; run: {_INSTALL_HINT}"
@@ -72,7 +77,8 @@ class LocalEmbedder:
                 model = SentenceTransformer(path, device=self._device)
             except Exception as exc:
                 raise EmbeddingError(f"cannot load sentence-transformers model {path!r}: {exc}") from exc
-            dim = model.get_sentence_embedding_dimension()
+            dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+            dim = dimension()
             if dim is None:
                 raise EmbeddingError(f"model {path!r} does not report its embedding dimension")
             self._dim = int(dim)
@@ -86,6 +92,10 @@ class LocalEmbedder:
             show_progress_bar=False,
         )  # fmt: skip
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    async def load(self) -> None:
+        """Load the model now (in a worker thread) instead of on the first embed."""
+        await anyio.to_thread.run_sync(self._load)
 
     async def embed(self, texts: Sequence[str]) -> Matrix:
         if not texts:

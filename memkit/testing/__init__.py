@@ -1,0 +1,20 @@
+"""Test helpers for backend authors: the conformance suite as pytest mixins.
+
+A backend reuses it in a few lines::
+
+    import pytest
+    from memkit.testing import BackendConformance
+
+    class TestMyBackend(BackendConformance):
+        @pytest.fixture
+        async def backend(self, tmp_path):
+            async with open_backend(f"mine://{tmp_path}") as b:
+                yield b
+
+Tests that need a capability the backend does not declare are skipped.
+Needs pytest; runs under anyio's pytest plugin (shipped with anyio).
+"""
+
+from memkit.testing._conformance import BackendConformance, make_record
+
+__all__ = ["BackendConformance", "make_record"]

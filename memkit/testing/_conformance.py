@@ -1,0 +1,296 @@
+"""The backend conformance suite, gated by declared capabilities."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+
+from memkit._backend import Backend, Query, Record, Weights
+from memkit._errors import DimensionMismatchError, MemkitError
+from memkit._records import Scope
+
+__all__ = ["BackendConformance", "make_record"]
+
+DIM = 8
+COLLECTION = "conformance"
+SIMILARITY_ONLY = Weights(similarity=1.0, lexical=0.0, recency=0.0, importance=0.0)
+
+
+def unit(seed: int, dim: int = DIM) -> Any:
+    vector = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def make_record(
+    record_id: str,
+    user: str | None = "alice",
+    *,
+    text: str | None = None,
+    seed: int | None = None,
+    importance: float = 0.5,
+    expires_at: float | None = None,
+    fields: dict[str, Any] | None = None,
+    agent: str | None = None,
+    session: str | None = None,
+) -> Record:
+    return Record(
+        id=record_id,
+        scope=Scope(user_id=user, agent_id=agent, session_id=session),
+        body=f"body:{record_id}".encode(),
+        text=text,
+        vector=None if seed is None else unit(seed),
+        importance=importance,
+        timestamp=time.time(),
+        expires_at=expires_at,
+        fields=fields or {},
+    )
+
+
+def query(scope: Scope, **kwargs: Any) -> Query:
+    kwargs.setdefault("now", time.time())
+    return Query(scope=scope, **kwargs)
+
+
+def _require(backend: Backend, capability: str) -> None:
+    if not getattr(backend.capabilities, capability):
+        pytest.skip(f"{type(backend).__name__} does not declare {capability}")
+
+
+class BackendConformance:
+    """Subclass and provide an async ``backend`` fixture yielding an open, empty backend."""
+
+    pytestmark = pytest.mark.anyio
+
+    # -- CRUD -----------------------------------------------------------------------------------
+    async def test_upsert_get_roundtrip(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        record = make_record("r1", text="hello world", seed=1, fields={"kind": "fact", "n": 3, "ok": True})
+        await backend.upsert(COLLECTION, [record])
+        [got] = await backend.get(COLLECTION, ["r1"])
+        assert got.id == "r1" and got.body == record.body and got.text == "hello world"
+        assert got.fields == {"kind": "fact", "n": 3, "ok": True}
+        assert got.scope == record.scope
+        if got.vector is not None:
+            np.testing.assert_allclose(got.vector, record.vector, atol=1e-3)
+
+    async def test_upsert_replaces(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(COLLECTION, [make_record("r1", text="old words", seed=1)])
+        await backend.upsert(COLLECTION, [make_record("r1", text="new words", seed=2, importance=0.9)])
+        [got] = await backend.get(COLLECTION, ["r1"])
+        assert got.text == "new words" and abs(got.importance - 0.9) < 1e-6
+        page = await backend.scan(COLLECTION, Scope(user_id="alice"))
+        assert [r.id for r in page.records] == ["r1"]
+
+    async def test_get_missing_and_delete(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(COLLECTION, [make_record("a", seed=1), make_record("b", seed=2)])
+        assert await backend.get(COLLECTION, ["nope"]) == []
+        assert await backend.delete(COLLECTION, ["a", "nope"]) == 1
+        assert [r.id for r in await backend.get(COLLECTION, ["a", "b"])] == ["b"]
+        assert await backend.delete(COLLECTION, ["a"]) == 0
+
+    async def test_dimension_mismatch_writes_nothing(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        good = make_record("good", seed=1)
+        bad = Record(id="bad", scope=Scope(user_id="alice"), body=b"x", vector=np.ones(DIM + 1, np.float32))
+        with pytest.raises(DimensionMismatchError):
+            await backend.upsert(COLLECTION, [good, bad])
+        assert await backend.get(COLLECTION, ["good", "bad"]) == []
+
+    # -- scopes and isolation -------------------------------------------------------------------
+    async def test_scope_isolation(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(
+            COLLECTION,
+            [
+                make_record("a1", "alice", text="secret plan", seed=1),
+                make_record("b1", "bob", text="secret plan", seed=1),
+            ],
+        )
+        alice = Scope(user_id="alice")
+        hits = await backend.query(COLLECTION, query(alice, vector=unit(1), text="secret plan", k=10))
+        assert [h.record.id for h in hits] == ["a1"]
+        assert [r.id for r in await backend.get(COLLECTION, ["a1", "b1"], alice)] == ["a1"]
+        assert await backend.delete(COLLECTION, ["b1"], alice) == 0
+        assert [r.id for r in (await backend.scan(COLLECTION, alice)).records] == ["a1"]
+        assert await backend.query(COLLECTION, query(Scope(user_id="mallory"), vector=unit(1), k=10)) == []
+
+    async def test_scope_components(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(
+            COLLECTION,
+            [
+                make_record("s1", "alice", agent="bot", session="one", seed=1),
+                make_record("s2", "alice", agent="bot", session="two", seed=2),
+                make_record("s3", "alice", agent="other", session="one", seed=3),
+            ],
+        )
+        hits = await backend.query(COLLECTION, query(Scope(user_id="alice", session_id="one"), vector=unit(1), k=10))
+        assert sorted(h.record.id for h in hits) == ["s1", "s3"]
+        hits = await backend.query(COLLECTION, query(Scope(agent_id="bot"), vector=unit(1), k=10))
+        assert sorted(h.record.id for h in hits) == ["s1", "s2"]
+
+    # -- filters --------------------------------------------------------------------------------
+    async def test_filters(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(
+            COLLECTION,
+            [
+                make_record("f1", seed=1, fields={"kind": "fact", "topic": "food"}),
+                make_record("f2", seed=2, fields={"kind": "preference", "topic": "food"}),
+                make_record("f3", seed=3, fields={"kind": "fact", "topic": "travel"}),
+            ],
+        )
+        alice = Scope(user_id="alice")
+        hits = await backend.query(COLLECTION, query(alice, vector=unit(1), k=10, filters={"kind": "fact"}))
+        assert sorted(h.record.id for h in hits) == ["f1", "f3"]
+        both = {"kind": ["fact", "preference"], "topic": "food"}
+        hits = await backend.query(COLLECTION, query(alice, vector=unit(1), k=10, filters=both))
+        assert sorted(h.record.id for h in hits) == ["f1", "f2"]
+        page = await backend.scan(COLLECTION, alice, filters={"topic": "travel"})
+        assert [r.id for r in page.records] == ["f3"]
+        assert await backend.query(COLLECTION, query(alice, vector=unit(1), filters={"kind": "nope"})) == []
+
+    # -- vector search --------------------------------------------------------------------------
+    async def test_vector_search_ranks_by_similarity(self, backend: Backend) -> None:
+        _require(backend, "vector_search")
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(COLLECTION, [make_record(f"v{i}", seed=i) for i in range(20)])
+        hits = await backend.query(
+            COLLECTION, query(Scope(user_id="alice"), vector=unit(7), k=3, weights=SIMILARITY_ONLY)
+        )
+        assert hits[0].record.id == "v7"
+        assert abs(hits[0].scores.similarity - 1.0) < 1e-2
+        assert [h.scores.final for h in hits] == sorted((h.scores.final for h in hits), reverse=True)
+
+    async def test_query_dimension_mismatch(self, backend: Backend) -> None:
+        _require(backend, "vector_search")
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(COLLECTION, [make_record("v", seed=1)])
+        with pytest.raises(DimensionMismatchError):
+            await backend.query(COLLECTION, query(Scope(user_id="alice"), vector=np.ones(DIM + 2, np.float32)))
+
+    async def test_importance_and_recency_signals(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        now = time.time()
+        old = make_record("old", seed=1, importance=0.5)
+        old = Record(**{**_fields(old), "timestamp": now - 60 * 86400})
+        new = make_record("new", seed=1, importance=0.5)
+        important = make_record("imp", seed=1, importance=1.0)
+        important = Record(**{**_fields(important), "timestamp": now - 60 * 86400})
+        await backend.upsert(COLLECTION, [old, new, important])
+        recency_only = Weights(similarity=0.0, lexical=0.0, recency=1.0, importance=0.0)
+        hits = await backend.query(COLLECTION, query(Scope(user_id="alice"), vector=unit(1), k=3, weights=recency_only))
+        assert hits[0].record.id == "new" and abs(hits[1].scores.recency - 0.25) < 0.01
+        hits = await backend.query(COLLECTION, query(Scope(user_id="alice"), vector=unit(1), k=3, min_importance=0.9))
+        assert [h.record.id for h in hits] == ["imp"]
+
+    # -- text search ----------------------------------------------------------------------------
+    async def test_text_search(self, backend: Backend) -> None:
+        _require(backend, "text_search")
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(
+            COLLECTION,
+            [
+                make_record("t1", text="Caroline went hiking in the Rockies", seed=1),
+                make_record("t2", text="Melanie painted a sunset", seed=2),
+                make_record("t3", text="hiking boots are on sale", seed=3),
+            ],
+        )
+        lexical_only = Weights(similarity=0.0, lexical=1.0, recency=0.0, importance=0.0)
+        hits = await backend.query(
+            COLLECTION, query(Scope(user_id="alice"), text="Where did Caroline go hiking?", k=3, weights=lexical_only)
+        )
+        assert hits[0].record.id == "t1" and abs(hits[0].scores.lexical - 1.0) < 1e-6
+        assert hits[1].record.id == "t3" and 0 < hits[1].scores.lexical < 1
+        assert hits[2].scores.lexical == 0.0
+
+    async def test_text_search_is_not_query_syntax(self, backend: Backend) -> None:
+        _require(backend, "text_search")
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(COLLECTION, [make_record("x", text="plain words here", seed=1)])
+        for nasty in ['" OR 1=1 --', "NEAR(a b)", "*", "@user_id:{bob}", "a AND NOT b", "'); DROP TABLE x; --", "\\"]:
+            await backend.query(COLLECTION, query(Scope(user_id="alice"), text=nasty, k=3))
+
+    # -- TTL ------------------------------------------------------------------------------------
+    async def test_expired_never_returned(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        past = time.time() - 1
+        await backend.upsert(
+            COLLECTION, [make_record("gone", text="ephemeral", seed=1, expires_at=past), make_record("kept", seed=2)]
+        )
+        alice = Scope(user_id="alice")
+        hits = await backend.query(COLLECTION, query(alice, vector=unit(1), text="ephemeral", k=10))
+        assert [h.record.id for h in hits] == ["kept"]
+        assert [r.id for r in (await backend.scan(COLLECTION, alice, now=time.time())).records] == ["kept"]
+        assert await backend.delete_expired(COLLECTION, time.time()) == 1
+        assert await backend.get(COLLECTION, ["gone"]) == []
+
+    # -- scan -----------------------------------------------------------------------------------
+    async def test_scan_pagination(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(COLLECTION, [make_record(f"p{i:02d}", seed=i) for i in range(25)])
+        await backend.upsert(COLLECTION, [make_record("other", "bob", seed=1)])
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = await backend.scan(COLLECTION, Scope(user_id="alice"), limit=10, cursor=cursor)
+            seen.extend(r.id for r in page.records)
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        assert seen == [f"p{i:02d}" for i in range(25)]
+
+    # -- key-value ------------------------------------------------------------------------------
+    async def test_kv(self, backend: Backend) -> None:
+        assert await backend.kv_get("ns", "k") is None
+        await backend.kv_set("ns", "k", b"v1")
+        await backend.kv_set("other", "k", b"v2")
+        assert await backend.kv_get("ns", "k") == b"v1"
+        assert await backend.kv_get("other", "k") == b"v2"
+        assert await backend.kv_delete("ns", "k") is True
+        assert await backend.kv_delete("ns", "k") is False
+        assert await backend.kv_get("ns", "k") is None
+
+    async def test_kv_ttl(self, backend: Backend) -> None:
+        _require(backend, "ttl")
+        await backend.kv_set("ns", "short", b"x", ttl_s=0.2)
+        await backend.kv_set("ns", "long", b"y", ttl_s=60)
+        assert await backend.kv_get("ns", "short") == b"x"
+        await anyio.sleep(0.4)
+        assert await backend.kv_get("ns", "short") is None
+        assert await backend.kv_get("ns", "long") == b"y"
+
+    # -- concurrency ----------------------------------------------------------------------------
+    async def test_concurrent_writers_and_readers(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        errors: list[BaseException] = []
+
+        async def writer(worker: int) -> None:
+            for i in range(20):
+                await backend.upsert(COLLECTION, [make_record(f"w{worker}-{i}", f"user{worker}", seed=i)])
+
+        async def reader(worker: int) -> None:
+            for _ in range(20):
+                try:
+                    await backend.query(COLLECTION, query(Scope(user_id=f"user{worker}"), vector=unit(1), k=5))
+                except MemkitError as exc:  # pragma: no cover - reported below
+                    errors.append(exc)
+
+        async with anyio.create_task_group() as group:
+            for worker in range(4):
+                group.start_soon(writer, worker)
+                group.start_soon(reader, worker)
+        assert errors == []
+        for worker in range(4):
+            page = await backend.scan(COLLECTION, Scope(user_id=f"user{worker}"), limit=100)
+            assert len(page.records) == 20
+
+
+def _fields(record: Record) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in record.__struct_fields__}
