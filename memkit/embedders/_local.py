@@ -67,7 +67,7 @@ class LocalEmbedder:
                 import transformers
                 from sentence_transformers import SentenceTransformer
 
-                transformers.logging.disable_progress_bar()
+                transformers.logging.disable_progress_bar()  # type: ignore[no-untyped-call]
             except ImportError as exc:
                 raise MissingDependencyError(
                     f"LocalEmbedder needs sentence-transformers; run: {_INSTALL_HINT}"
