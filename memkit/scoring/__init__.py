@@ -38,6 +38,7 @@ _settings = {"threads": max(1, int(os.environ.get("MEMKIT_SCORING_THREADS", "0")
 # numba's default threading layers are not safe for concurrent parallel launches from several
 # threads, so parallel scans are serialised; serial scans (the common, per-user case) are not.
 _parallel_lock = threading.Lock()
+_CHUNKS_PER_THREAD = 2
 _EMPTY_F32 = np.zeros(0, dtype=np.float32)
 _EMPTY_U8 = np.zeros(0, dtype=np.uint8)
 
@@ -110,7 +111,10 @@ def top_k(
 ) -> TopK:
     """Best ``k`` rows by the fused hybrid score, best first."""
     n_threads = threads or (_settings["threads"] if columns.n_rows >= PARALLEL_MIN_ROWS else 1)
-    n_chunks = max(1, min(n_threads, columns.n_rows, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+    n_threads = max(1, min(n_threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+    # Several chunks per thread, handed out dynamically: a thread slowed by a busy core
+    # takes fewer chunks instead of making the whole call wait for it.
+    n_chunks = 1 if n_threads == 1 else min(n_threads * _CHUNKS_PER_THREAD, columns.n_rows)
     heap_scores = np.full((n_chunks, k), -np.inf, dtype=np.float32)
     heap_rows = np.full((n_chunks, k), -1, dtype=np.int64)
     heap_sims = np.zeros((n_chunks, k), dtype=np.float32)
@@ -140,8 +144,9 @@ def top_k(
         _kernels.scan_serial(*args)
     else:
         with _parallel_lock:
-            numba.set_num_threads(n_chunks)
-            _kernels.scan_parallel(*args)
+            numba.set_num_threads(n_threads)
+            with numba.parallel_chunksize(1):
+                _kernels.scan_parallel(*args)
     return _merge_heaps(heap_scores, heap_rows, heap_sims, counts, k)
 
 

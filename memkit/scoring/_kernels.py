@@ -46,7 +46,7 @@ def row_dot(vectors: Any, scales: Any, row: int, query: Any) -> float:  # pragma
     raise NotImplementedError("row_dot is only available inside numba-compiled code")
 
 
-@overload(row_dot, jit_options={"fastmath": True})
+@overload(row_dot, inline="always", jit_options={"fastmath": True})
 def _row_dot_overload(vectors: Any, scales: Any, row: Any, query: Any) -> Any:  # pragma: no cover
     dtype = vectors.dtype
     if dtype == types.float32:
@@ -152,9 +152,12 @@ def _scan_range(
             continue
         sim = row_dot(vectors, scales, i, query) if has_vector else np.float32(0.0)
         lex = lexical[i] if has_lex else np.float32(0.0)
+        partial = w_sim * sim + w_lex * lex + w_imp * imp
+        # Recency is at most 1: when even that cannot beat the heap, skip the exp.
+        if partial + w_rec <= threshold or partial + w_rec < min_score:
+            continue
         age = now - timestamps[i]
-        recency = math.exp(-max(age, 0.0) * decay)
-        score = w_sim * sim + w_lex * lex + w_rec * recency + w_imp * imp
+        score = partial + w_rec * math.exp(-max(age, 0.0) * decay)
         if score < min_score or score <= threshold:
             continue
         count = _heap_push(heap_scores, heap_rows, heap_sims, count, score, i, sim)

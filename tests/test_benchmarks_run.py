@@ -1,0 +1,24 @@
+"""The benchmarks run end to end on tiny sizes (their figures are not asserted: timings are noisy)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_scoring_benchmark_writes_json_and_plot(tmp_path: Path) -> None:
+    out = tmp_path / "scoring.json"
+    png = tmp_path / "scoring.png"
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.scoring", "--sizes", "3000", "--repeats", "3",
+         "--json", str(out), "--plot", str(png)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    rows = json.loads(out.read_text())
+    assert [row["dtype"] for row in rows] == ["float32", "float16", "int8"]
+    for row in rows:
+        assert set(row) >= {"n", "dtype", "fused_ms", "numpy_ms", "floor_ms", "recall_at_10"}
+        assert row["n"] == 3000 and row["fused_ms"] > 0 and 0.9 <= row["recall_at_10"] <= 1.0
+    assert png.stat().st_size > 10_000
