@@ -106,3 +106,22 @@ def test_expired_rows_excluded() -> None:
     columns.expires[:50] = 10.0  # before now
     got = top_k(columns, params(), 100)
     assert got.rows.size > 0 and (got.rows >= 50).all()
+
+
+def test_kernels_load_from_cache_in_a_fresh_process() -> None:
+    """cache=True: after one process compiled them, the next loads the kernels instead of compiling."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from memkit.scoring import _kernels\n"
+        "from tests.test_scoring import make_columns, params\n"
+        "from memkit.scoring import top_k\n"
+        "top_k(make_columns(0, 50, 8), params(), 5, query=np.ones(8, np.float32))\n"
+        "s = _kernels.scan_serial.stats\n"
+        "print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True) for _ in (0, 1)]
+    hits, misses = map(int, runs[1].stdout.split())
+    assert hits >= 1 and misses == 0
