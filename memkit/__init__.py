@@ -34,6 +34,7 @@ from memkit._url import StorageURL
 if TYPE_CHECKING:
     from memkit._backend import Weights
     from memkit._client import Memkit
+    from memkit._conversation import Turn
     from memkit._longterm import LongTermConfig, LongTermMemory, MemoryPage, StoreResult
     from memkit._registry import open_backend
 
@@ -46,6 +47,7 @@ _LAZY = {
     "MemoryPage": "memkit._longterm",
     "StoreResult": "memkit._longterm",
     "Weights": "memkit._backend",
+    "Turn": "memkit._conversation",
     "open_backend": "memkit._registry",
 }
 
@@ -85,6 +87,7 @@ __all__ = [
     "ScopeError",
     "StorageURL",
     "StoreResult",
+    "Turn",
     "UnknownSchemeError",
     "ValidationError",
     "Weights",

@@ -14,6 +14,16 @@ import msgspec
 
 from memkit._access import AccessTracker
 from memkit._backend import Backend, FilterValue, Hit, Query, Record, Weights
+from memkit._conversation import (
+    TURN_KEY,
+    ThreadState,
+    Turn,
+    contexts,
+    neighbour_rerank,
+    thread_state_key,
+    turn_content,
+    turn_key,
+)
 from memkit._errors import CorruptDataError, NotFoundError, ValidationError
 from memkit._records import Memory, MemoryKind, RecallHit, Scope, new_id, utcnow
 from memkit._validation import check_content, check_importance, check_metadata, epoch, require_scope
@@ -24,6 +34,8 @@ __all__ = ["LongTermConfig", "LongTermMemory", "MemoryPage", "StoreResult"]
 
 _encode_memory = msgspec.json.Encoder().encode
 _decode_memory = msgspec.json.Decoder(Memory).decode
+_encode_state = msgspec.json.Encoder().encode
+_decode_state = msgspec.json.Decoder(ThreadState).decode
 
 
 class LongTermConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -41,6 +53,10 @@ class LongTermConfig(msgspec.Struct, frozen=True, kw_only=True):
     weights: Weights = msgspec.field(default_factory=Weights)
     half_life_days: float = 30.0
     track_access: bool = True
+    neighbour_weight: float = 0.5
+    """Share of the best neighbouring turn's score a conversation turn gets (0 turns this off)."""
+    context_turns: int = 1
+    """How many previous turns ``add_turns`` indexes with each turn as its context."""
 
 
 class StoreResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,6 +165,45 @@ class LongTermMemory:
             if hit.record.scope == memory.scope and hit.scores.similarity >= self.config.merge_threshold:
                 return _decode(hit.record), "merged"
         return None
+
+    async def add_turns(
+        self,
+        turns: Sequence[Turn],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        thread: str | None = None,
+        importance: float = 0.5,
+    ) -> builtins.list[Memory]:
+        """Remember conversation turns in order, each with the turn(s) before it as indexed context.
+
+        Turns are numbered within ``thread`` (default: the session id, else "main"), continuing
+        where the last call (in any process) stopped. They are not deduplicated: "Thanks!" said
+        twice was said twice. One embedding batch and one write for all of them.
+        """
+        scope = require_scope(user_id, agent_id, session_id)
+        importance = check_importance(importance)
+        thread = thread or session_id or "main"
+        contents = [check_content(turn_content(t), self.config.max_content_chars, "turn") for t in turns]
+        metadata = [check_metadata(t.metadata) for t in turns]
+        if not turns:
+            return []
+        namespace, key = thread_state_key(self._collection, scope, thread)
+        async with self._write_lock:
+            raw_state = await self.backend.kv_get(namespace, key)
+            state = _decode_state(raw_state) if raw_state else ThreadState()
+            first = state.next_position
+            memories = _turn_memories(
+                turns, contents, metadata, contexts(state, contents, self.config.context_turns),
+                scope=scope, thread=thread, first=first, importance=importance,
+            )  # fmt: skip
+            vectors = as_unit_vectors(await self.embedder.embed([_index_text(m) for m in memories]))
+            records = [self._to_record(m, v) for m, v in zip(memories, vectors, strict=True)]
+            await self.backend.upsert(self._collection, records)
+            state.next_position = first + len(memories)
+            await self.backend.kv_set(namespace, key, _encode_state(state))
+            return memories
 
     async def update(
         self,
@@ -262,7 +317,12 @@ class LongTermMemory:
             min_importance=check_importance(min_importance),
             min_score=-math.inf if threshold is None else threshold,
         )  # fmt: skip
-        hits = [_to_hit(hit) for hit in await self.backend.query(self._collection, backend_query)]
+        if self.config.neighbour_weight > 0:
+            ranked = await neighbour_rerank(self.backend, self._collection, backend_query, k,
+                                            self.config.neighbour_weight)  # fmt: skip
+        else:
+            ranked = [(hit, 0.0) for hit in await self.backend.query(self._collection, backend_query)]
+        hits = [_to_hit(hit, boost) for hit, boost in ranked]
         if self._access is not None and self.config.track_access and hits:
             self._access.touch(self, [hit.memory.id for hit in hits], scope)
         return hits
@@ -295,8 +355,47 @@ class LongTermMemory:
             importance=memory.importance,
             timestamp=epoch(memory.updated_at),
             expires_at=None if memory.expires_at is None else epoch(memory.expires_at),
-            fields={"kind": memory.kind, "dedupe": _dedupe_key(memory.content), **_metadata_fields(memory.metadata)},
+            fields=_record_fields(memory),
         )
+
+
+def _turn_memories(
+    turns: Sequence[Turn],
+    contents: Sequence[str],
+    metadata: Sequence[dict[str, Any]],
+    context: Sequence[str | None],
+    *,
+    scope: Scope,
+    thread: str,
+    first: int,
+    importance: float,
+) -> list[Memory]:
+    memories = []
+    for i, (turn, content, meta, before) in enumerate(zip(turns, contents, metadata, context, strict=True)):
+        at = turn.at or utcnow()
+        memories.append(
+            Memory(
+                id=new_id(),
+                scope=scope,
+                kind="turn",
+                content=content,
+                importance=importance,
+                source=turn.speaker,
+                created_at=at,
+                updated_at=at,
+                metadata={**meta, "thread": thread, "position": first + i},
+                context=before,
+            )  # fmt: skip
+        )
+    return memories
+
+
+def _record_fields(memory: Memory) -> dict[str, str | int | float | bool]:
+    fields = {"kind": memory.kind, "dedupe": _dedupe_key(memory.content), **_metadata_fields(memory.metadata)}
+    thread, position = memory.metadata.get("thread"), memory.metadata.get("position")
+    if memory.kind == "turn" and isinstance(thread, str) and isinstance(position, int):
+        fields[TURN_KEY] = turn_key(thread, position)
+    return fields
 
 
 def _now() -> float:
@@ -347,11 +446,12 @@ def _decode(record: Record) -> Memory:
         raise CorruptDataError(f"stored memory {record.id!r} cannot be decoded: {exc}") from exc
 
 
-def _to_hit(hit: Hit) -> RecallHit:
+def _to_hit(hit: Hit, neighbour: float) -> RecallHit:
     scores = hit.scores
     return RecallHit(
         memory=_decode(hit.record),
-        score=scores.final,
+        score=scores.final + neighbour,
+        neighbour=neighbour,
         similarity=scores.similarity,
         lexical=scores.lexical,
         recency=scores.recency,

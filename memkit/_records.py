@@ -67,3 +67,5 @@ class RecallHit(msgspec.Struct, frozen=True, kw_only=True):
     lexical: float
     recency: float
     importance: float
+    neighbour: float = 0.0
+    """Boost from the best neighbouring conversation turn (0 for memories that are not turns)."""

@@ -273,19 +273,19 @@ class ColumnarCollection:
 
     def _lexical_scores(self, text: str, want: tuple[int, int, int], n: int) -> npt.NDArray[np.float32] | None:
         """BM25 scores scaled by the best in-scope match to 0..1 (zeros elsewhere)."""
-        rows, scores = self._lexical.score(tokenize(text))
-        if rows.shape[0] == 0:
+        raw, matched = self._lexical.score(tokenize(text), n)
+        if not matched:
             return None
+        rows = np.flatnonzero(raw)
         in_scope = self._alive[rows].astype(bool)
         for axis, wanted in enumerate(want):
             if wanted >= 0:
                 in_scope &= self._scope[axis, rows] == wanted
-        top = float(scores[in_scope].max()) if in_scope.any() else 0.0
+        top = float(raw[rows[in_scope]].max()) if in_scope.any() else 0.0
         if top <= 0:
             return None
-        lexical = np.zeros(n, np.float32)
-        lexical[rows] = scores / top
-        return lexical
+        raw /= top
+        return raw
 
     def _external_lexical(self, raw: Mapping[str, float], n: int) -> npt.NDArray[np.float32] | None:
         top = max(raw.values(), default=0.0)

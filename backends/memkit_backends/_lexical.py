@@ -1,4 +1,10 @@
-"""An incremental BM25 inverted index over row numbers, for the in-process backends."""
+"""An incremental BM25 inverted index over row numbers, scored by a numba kernel.
+
+Postings are growable arrays per term of (row, term frequency, row version).
+Replacing or removing a document bumps its row's version instead of searching
+every posting list for it; stale entries are skipped by the kernel and swept
+out of a term's list once they are half of it.
+"""
 
 from __future__ import annotations
 
@@ -7,33 +13,108 @@ from collections import Counter
 
 import numpy as np
 import numpy.typing as npt
+from numba import njit
 
-__all__ = ["Bm25Index"]
+__all__ = ["K1", "B", "Bm25Index"]
 
-_K1 = 1.2
-_B = 0.75
+K1 = 1.2
+B = 0.75
+
+
+@njit(cache=True, nogil=True)
+def _accumulate(  # noqa: PLR0917 - numba kernels take positional arguments
+    rows: npt.NDArray[np.int64],
+    tfs: npt.NDArray[np.float32],
+    versions: npt.NDArray[np.int64],
+    offsets: npt.NDArray[np.int64],
+    weights: npt.NDArray[np.float64],
+    doc_len: npt.NDArray[np.float32],
+    doc_version: npt.NDArray[np.int64],
+    avg_len: float,
+    out: npt.NDArray[np.float32],
+) -> int:
+    """Adds each query term's BM25 contribution into ``out``; returns how many postings were live."""
+    live = 0
+    for term in range(offsets.shape[0] - 1):
+        weight = weights[term]
+        for p in range(offsets[term], offsets[term + 1]):
+            row = rows[p]
+            if doc_version[row] != versions[p]:
+                continue
+            tf = tfs[p]
+            norm = K1 * (1.0 - B + B * doc_len[row] / avg_len)
+            out[row] += weight * tf * (K1 + 1.0) / (tf + norm)
+            live += 1
+    return live
+
+
+class _Postings:
+    __slots__ = ("count", "df", "rows", "tfs", "versions")
+
+    def __init__(self) -> None:
+        self.df = 0  # live documents containing the term
+        self._allocate(4)
+
+    def _allocate(self, size: int) -> None:
+        self.rows = np.zeros(size, np.int64)
+        self.tfs = np.zeros(size, np.float32)
+        self.versions = np.zeros(size, np.int64)
+        self.count = 0
+
+    def append(self, row: int, tf: int, version: int) -> None:
+        if self.count == self.rows.shape[0]:
+            size = self.count * 2
+            self.rows = np.resize(self.rows, size)
+            self.tfs = np.resize(self.tfs, size)
+            self.versions = np.resize(self.versions, size)
+        self.rows[self.count], self.tfs[self.count], self.versions[self.count] = row, tf, version
+        self.count += 1
+        self.df += 1
+
+    def sweep(self, doc_version: npt.NDArray[np.int64]) -> None:
+        n = self.count
+        keep = doc_version[self.rows[:n]] == self.versions[:n]
+        rows, tfs, versions = self.rows[:n][keep], self.tfs[:n][keep], self.versions[:n][keep]
+        self._allocate(max(4, 2 * rows.shape[0]))
+        self.count = int(rows.shape[0])
+        self.rows[: self.count], self.tfs[: self.count], self.versions[: self.count] = rows, tfs, versions
 
 
 class Bm25Index:
-    """Okapi BM25 over pre-tokenized documents; rows are added, replaced and removed in place."""
+    """Okapi BM25 (k1=1.2, b=0.75) over pre-tokenized documents keyed by row number."""
 
     def __init__(self) -> None:
-        self._postings: dict[str, dict[int, int]] = {}
-        self._doc_terms: dict[int, Counter[str]] = {}
-        self._doc_len: dict[int, int] = {}
+        self._postings: dict[str, _Postings] = {}
+        self._doc_terms: dict[int, tuple[str, ...]] = {}
+        self._doc_len = np.zeros(64, np.float32)
+        self._doc_version = np.zeros(64, np.int64)
         self._total_len = 0
 
     def __len__(self) -> int:
-        return len(self._doc_len)
+        return len(self._doc_terms)
+
+    def _ensure_row(self, row: int) -> None:
+        if row >= self._doc_len.shape[0]:
+            size = max(row + 1, self._doc_len.shape[0] * 2)
+            self._doc_len = np.resize(self._doc_len, size)
+            self._doc_version = np.concatenate(
+                [self._doc_version, np.zeros(size - self._doc_version.shape[0], np.int64)]
+            )
 
     def add(self, row: int, tokens: list[str]) -> None:
+        """Index ``tokens`` as row ``row``, replacing what the row held."""
         self.remove(row)
         if not tokens:
             return
+        self._ensure_row(row)
+        version = int(self._doc_version[row])
         terms = Counter(tokens)
         for term, tf in terms.items():
-            self._postings.setdefault(term, {})[row] = tf
-        self._doc_terms[row] = terms
+            postings = self._postings.get(term)
+            if postings is None:
+                postings = self._postings[term] = _Postings()
+            postings.append(row, tf, version)
+        self._doc_terms[row] = tuple(terms)
         self._doc_len[row] = len(tokens)
         self._total_len += len(tokens)
 
@@ -41,28 +122,36 @@ class Bm25Index:
         terms = self._doc_terms.pop(row, None)
         if terms is None:
             return
+        self._doc_version[row] += 1  # every posting of this row is now stale
+        self._total_len -= int(self._doc_len[row])
+        self._doc_len[row] = 0
         for term in terms:
-            posting = self._postings[term]
-            del posting[row]
-            if not posting:
+            postings = self._postings[term]
+            postings.df -= 1
+            if postings.df == 0:
                 del self._postings[term]
-        self._total_len -= self._doc_len.pop(row)
+            elif postings.df * 2 < postings.count:
+                postings.sweep(self._doc_version)
 
-    def score(self, tokens: list[str]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-        """(rows, raw BM25 scores) of every document sharing a term with the query."""
-        n_docs = len(self._doc_len)
-        if n_docs == 0 or not tokens:
-            return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        avg_len = self._total_len / n_docs
-        totals: dict[int, float] = {}
-        for term, query_tf in Counter(tokens).items():
-            posting = self._postings.get(term)
-            if not posting:
-                continue
-            idf = math.log(1.0 + (n_docs - len(posting) + 0.5) / (len(posting) + 0.5)) * query_tf
-            for row, tf in posting.items():
-                norm = _K1 * (1.0 - _B + _B * self._doc_len[row] / avg_len)
-                totals[row] = totals.get(row, 0.0) + idf * tf * (_K1 + 1.0) / (tf + norm)
-        rows = np.fromiter(totals.keys(), dtype=np.int64, count=len(totals))
-        scores = np.fromiter(totals.values(), dtype=np.float32, count=len(totals))
-        return rows, scores
+    def score(self, tokens: list[str], n_rows: int) -> tuple[npt.NDArray[np.float32], bool]:
+        """(raw BM25 per row as a dense array of length ``n_rows``, whether anything matched)."""
+        out = np.zeros(n_rows, np.float32)
+        n_docs = len(self._doc_terms)
+        matched = [(self._postings[t], qtf) for t, qtf in Counter(tokens).items() if t in self._postings]
+        if n_docs == 0 or not matched:
+            return out, False
+        idf = [math.log(1.0 + (n_docs - p.df + 0.5) / (p.df + 0.5)) * qtf for p, qtf in matched]
+        offsets = np.zeros(len(matched) + 1, np.int64)
+        offsets[1:] = np.cumsum([p.count for p, _ in matched])
+        live = _accumulate(
+            np.concatenate([p.rows[: p.count] for p, _ in matched]),
+            np.concatenate([p.tfs[: p.count] for p, _ in matched]),
+            np.concatenate([p.versions[: p.count] for p, _ in matched]),
+            offsets,
+            np.asarray(idf, np.float64),
+            self._doc_len,
+            self._doc_version,
+            self._total_len / n_docs,
+            out,
+        )
+        return out, live > 0
