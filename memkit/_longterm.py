@@ -385,7 +385,7 @@ def _turn_memories(
                 updated_at=at,
                 metadata={**meta, "thread": thread, "position": first + i},
                 context=before,
-            )  # fmt: skip
+            )
         )
     return memories
 
