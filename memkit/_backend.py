@@ -73,8 +73,8 @@ class Weights(msgspec.Struct, frozen=True, kw_only=True):
     """Weights of the hybrid score: final = sum(weight * signal), each signal in 0..1."""
 
     similarity: float = 0.5
-    lexical: float = 0.3
-    recency: float = 0.1
+    lexical: float = 0.5
+    recency: float = 0.05
     importance: float = 0.1
 
     def __post_init__(self) -> None:

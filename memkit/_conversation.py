@@ -1,11 +1,9 @@
-"""Conversation turns as long-term memories, and recall that uses their neighbours.
+"""Conversation turns as long-term memories.
 
 A turn is stored as ``Speaker: text`` with the previous turn(s) as its
 context: indexed for retrieval (a question often matches the turn before the
 answer), never shown as content. Turns of one thread are numbered, so recall
-can give a turn part of its neighbours' scores: the turn after a strong match
-is often the one that holds the answer. On the LoCoMo dev split this took
-recall@10 from 74.7 to 77.5 (see the README).
+can give a turn part of its neighbours' scores (see ``memkit._recall``).
 """
 
 from __future__ import annotations
@@ -16,10 +14,9 @@ from typing import Any, Final
 
 import msgspec
 
-from memkit._backend import Backend, Hit, Query
 from memkit._records import Scope
 
-__all__ = ["TURN_KEY", "ThreadState", "Turn", "neighbour_rerank", "thread_state_key", "turn_key"]
+__all__ = ["TURN_KEY", "ThreadState", "Turn", "contexts", "thread_state_key", "turn_content", "turn_key"]
 
 TURN_KEY: Final = "turn"
 """Record field holding ``thread#position`` for turns."""
@@ -50,38 +47,6 @@ def thread_state_key(collection: str, scope: Scope, thread: str) -> tuple[str, s
 
 def turn_key(thread: str, position: int) -> str:
     return f"{thread}#{position}"
-
-
-def _neighbour_keys(key: str) -> tuple[str, str]:
-    thread, _, position = key.rpartition("#")
-    return turn_key(thread, int(position) - 1), turn_key(thread, int(position) + 1)
-
-
-async def neighbour_rerank(
-    backend: Backend, collection: str, query: Query, k: int, weight: float
-) -> list[tuple[Hit, float]]:
-    """Top ``k`` of ``score + weight * max(score of the previous turn, of the next turn)``.
-
-    Two store queries: the best candidates, then (filtered to exact turn keys) their missing
-    neighbours, so every candidate's neighbours are scored by the store itself.
-    """
-    candidates = await backend.query(collection, msgspec.structs.replace(query, k=max(2 * k, 20)))
-    base = {hit.record.fields[TURN_KEY]: hit.scores.final for hit in candidates if TURN_KEY in hit.record.fields}
-    if weight <= 0 or not base:
-        return [(hit, 0.0) for hit in candidates[:k]]
-    missing = sorted({n for key in base for n in _neighbour_keys(str(key))} - set(base))
-    if missing:
-        filters = {**query.filters, TURN_KEY: missing}
-        extra = await backend.query(collection, msgspec.structs.replace(query, k=len(missing), filters=filters))
-        base.update({hit.record.fields[TURN_KEY]: hit.scores.final for hit in extra})
-        candidates = candidates + extra
-    rescored = []
-    for hit in candidates:
-        key = hit.record.fields.get(TURN_KEY)
-        boost = weight * max((base.get(n, 0.0) for n in _neighbour_keys(str(key))), default=0.0) if key else 0.0
-        rescored.append((hit.scores.final + boost, hit, boost))
-    rescored.sort(key=lambda item: (-item[0], item[1].record.id))
-    return [(hit, boost) for _, hit, boost in rescored[:k]]
 
 
 def turn_content(turn: Turn) -> str:

@@ -1,0 +1,61 @@
+"""The numba BM25 index against a plain-Python BM25, through random adds, replaces and removes."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from memkit_backends._lexical import K1, B, Bm25Index
+
+from memkit.text import tokenize
+
+WORDS = ["apple", "banana", "cherry", "date", "elder", "fig", "grape"]
+
+
+def reference_bm25(docs: dict[int, list[str]], query: list[str], n_rows: int) -> np.ndarray:
+    out = np.zeros(n_rows, np.float64)
+    live = {row: tokens for row, tokens in docs.items() if tokens}
+    if not live:
+        return out
+    avg = sum(map(len, live.values())) / len(live)
+    for term, qtf in Counter(query).items():
+        df = sum(term in tokens for tokens in live.values())
+        if not df:
+            continue
+        idf = math.log(1 + (len(live) - df + 0.5) / (df + 0.5)) * qtf
+        for row, tokens in live.items():
+            tf = tokens.count(term)
+            if tf:
+                out[row] += idf * tf * (K1 + 1) / (tf + K1 * (1 - B + B * len(tokens) / avg))
+    return out
+
+
+operation = st.tuples(
+    st.sampled_from(["add", "remove"]), st.integers(0, 30), st.lists(st.sampled_from(WORDS), max_size=6)
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ops=st.lists(operation, max_size=80), query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4))
+def test_matches_reference(ops: list[tuple[str, int, list[str]]], query: list[str]) -> None:
+    index = Bm25Index()
+    docs: dict[int, list[str]] = {}
+    for op, row, tokens in ops:
+        if op == "add":
+            index.add(row, tokens)
+            docs[row] = tokens
+        else:
+            index.remove(row)
+            docs.pop(row, None)
+    got, matched = index.score(query, 31)
+    want = reference_bm25(docs, query, 31)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert matched == bool(want.any())
+
+
+def test_tokenizer_stems_and_drops_stop_words() -> None:
+    assert tokenize("The runners were running to the RUNNING track!") == ["runner", "run", "run", "track"]
+    assert tokenize("") == [] and tokenize("the and of") == []
