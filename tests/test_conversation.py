@@ -32,8 +32,8 @@ def turns(start: int = 0, stop: int | None = None) -> list[Turn]:
 async def test_turns_keep_context_out_of_content(embedded_url: str) -> None:
     async with Memkit(embedded_url, embedder=HashingEmbedder(64)) as mem:
         stored = await mem.long_term.add_turns(turns(), user_id="jo")
-        assert [m.content for m in stored][:2] == ["Sam: Hey Jo, how was your weekend?",
-                                                   "Jo: Great! I finally went to the pottery class I told you about."]  # fmt: skip
+        assert stored[0].content == "Sam: Hey Jo, how was your weekend?"
+        assert stored[1].content == "Jo: Great! I finally went to the pottery class I told you about."
         assert stored[0].context is None and stored[1].context == stored[0].content
         assert [m.metadata["position"] for m in stored] == list(range(len(DIALOGUE)))
         assert stored[3].source == "Jo" and stored[3].created_at == DAY + timedelta(minutes=3)
