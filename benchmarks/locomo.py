@@ -64,7 +64,9 @@ async def evaluate(
     url: str,
     progress: tqdm,  # type: ignore[type-arg]
 ) -> tuple[list[dict[str, Any]], float]:
-    async with Memkit(url, embedder=embedder, long_term=config) as mem:
+    async with Memkit(url.replace("{conversation}", conversation.sample_id), embedder=embedder,
+                      long_term=config) as mem:  # fmt: skip
+        await mem.long_term.forget_all(user_id=conversation.sample_id)  # a fresh store, even in a reused file
         started = time.perf_counter()
         await ingest(mem, conversation)
         ingest_s = time.perf_counter() - started
@@ -177,7 +179,9 @@ def main() -> None:
     parser.add_argument("--data", help="LoCoMo JSON file (or set MEMKIT_LOCOMO_PATH)")
     parser.add_argument("--json", dest="json_path", help="write the results as JSON here")
     parser.add_argument("--plot", help="write a PNG of recall by category here")
-    parser.add_argument("--url", default="memory://", help="storage URL for each conversation's fresh store")
+    parser.add_argument("--url", default="memory://",
+                        help="storage URL; '{conversation}' in it is replaced by the sample id "
+                             "(e.g. sqlite:////tmp/locomo-{conversation}.db)")  # fmt: skip
     parser.add_argument("--embedder", choices=["local", "hashing"], default="local")
     parser.add_argument("--limit", type=int, default=0, help="only the first N conversations")
     parser.add_argument("--compare", action="store_true", help="also run the comparison pipelines")

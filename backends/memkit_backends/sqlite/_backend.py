@@ -262,8 +262,10 @@ class SQLiteBackend(Backend):
         # Tokens are plain word characters; quoting each makes FTS5 read it as a term, never as syntax.
         match = " OR ".join(f'"{token}"' for token in tokens)
         sql = [
+            # CROSS JOIN fixes the loop order: one full-text search, then a rowid lookup per match
+            # (the planner otherwise runs one full-text search per record in scope).
             "SELECT r.id, -bm25(memkit_records_fts) FROM memkit_records_fts "
-            "JOIN memkit_records r ON r.rowid = memkit_records_fts.rowid "
+            "CROSS JOIN memkit_records r ON r.rowid = memkit_records_fts.rowid "
             "WHERE memkit_records_fts MATCH ? AND r.collection = ? AND (r.expires_at IS NULL OR r.expires_at > ?)"
         ]
         params: list[Any] = [match, collection, query.now]
