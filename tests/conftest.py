@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,3 +27,31 @@ def local_embedder() -> AsyncIterator[object]:
     embedder = LocalEmbedder()
     embedder._load()
     return CachedEmbedder(embedder)  # type: ignore[return-value]
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from tests.servers import postgres_server
+
+    with postgres_server(tmp_path_factory.mktemp("postgres")) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from tests.servers import redis_server
+
+    with redis_server(tmp_path_factory.mktemp("redis-stack"), modules=True) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis_plain_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from tests.servers import redis_server
+
+    with redis_server(tmp_path_factory.mktemp("redis-plain"), modules=False) as url:
+        yield url
+
+
+def with_option(url: str, key: str, value: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}{key}={value}"

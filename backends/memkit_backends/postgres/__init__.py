@@ -1,0 +1,5 @@
+"""``postgresql://`` and ``postgres://``: PostgreSQL with pgvector (``pip install 'memkit[postgres]'``)."""
+
+from memkit_backends.postgres._backend import PostgresBackend
+
+__all__ = ["PostgresBackend"]

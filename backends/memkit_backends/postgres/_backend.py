@@ -1,0 +1,370 @@
+"""``postgresql://``: asyncpg pool, pgvector HNSW, tsvector full-text search, JSONB fields.
+
+URL options (removed before the URL reaches asyncpg): ``schema`` (default ``memkit``),
+``pool_min`` / ``pool_max`` (1 / 10), ``connect_timeout`` (seconds, 10), ``vector=vector|halfvec``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import anyio
+import asyncpg
+import msgspec
+import numpy as np
+
+from memkit.backend import Backend, Capabilities, FilterValue, Hit, Page, Query, Record, Scope, StorageURL
+from memkit.errors import BackendError, BackendUnavailableError, DimensionMismatchError, InvalidURLError
+from memkit.text import tokenize
+from memkit_backends._rerank import Candidates
+from memkit_backends.postgres._sql import (
+    RECORD_COLUMNS,
+    SCHEMA_VERSION,
+    Where,
+    collection_ddl,
+    schema_ddl,
+    table_name,
+    valid_identifier,
+    vector_ddl,
+)
+
+__all__ = ["PostgresBackend"]
+
+_OPTIONS = ("schema", "pool_min", "pool_max", "connect_timeout", "vector")
+_FIRST_DEPTH = 100
+_MAX_DEPTH = 6_400
+_COPY_MIN_ROWS = 64
+
+
+def _vector_text(vector: Any) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def _record(row: Mapping[str, Any]) -> Record:
+    embedding = row["embedding"]
+    return Record(
+        id=row["id"],
+        scope=Scope(user_id=row["user_id"], agent_id=row["agent_id"], session_id=row["session_id"]),
+        body=bytes(row["body"]),
+        text=row["text"],
+        vector=None if embedding is None else np.asarray(embedding, dtype=np.float32),
+        importance=float(row["importance"]),
+        timestamp=float(row["ts"]),
+        expires_at=row["expires_at"],
+        fields=json.loads(row["fields"]),
+    )
+
+
+class PostgresBackend(Backend):
+    capabilities = Capabilities(vector_search=True, text_search=True, ttl=True, transactions=True, persistent=True)
+
+    def __init__(self, url: StorageURL) -> None:
+        super().__init__(url)
+        options = url.options
+        self.schema = valid_identifier(options.get("schema", "memkit"), "schema")
+        self._pool_min = int(options.get("pool_min", "1"))
+        self._pool_max = int(options.get("pool_max", "10"))
+        self._timeout = float(options.get("connect_timeout", "10"))
+        self._vector_type = options.get("vector", "vector")
+        if self._vector_type not in {"vector", "halfvec"}:
+            raise InvalidURLError(f"vector={self._vector_type!r}: use vector or halfvec")
+        parts = urlsplit(url.raw)
+        rest = {k: v for k, v in options.items() if k not in _OPTIONS}
+        self._dsn = parts._replace(scheme="postgresql", query=urlencode(rest)).geturl()
+        self._pool: asyncpg.Pool | None = None
+        self._dims: dict[str, int | None] = {}
+
+    # -- connection -----------------------------------------------------------------------------
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        try:
+            with anyio.fail_after(self._timeout):
+                self._pool = await asyncpg.create_pool(
+                    self._dsn, min_size=self._pool_min, max_size=self._pool_max, timeout=self._timeout
+                )
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            raise BackendUnavailableError(f"cannot reach Postgres at {self.url}: {exc}") from exc
+        await self.setup()
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise BackendError("the Postgres backend is not open; use 'async with backend:'")
+        return self._pool
+
+    async def setup(self) -> None:
+        """Create or upgrade the schema; idempotent, serialised across clients by an advisory lock."""
+        async with self.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext('memkit.setup'))")
+            for statement in schema_ddl(self.schema):
+                await conn.execute(statement)
+            current = await conn.fetchval(f'SELECT value FROM "{self.schema}".memkit_meta WHERE key = $1', "version")
+            if current is not None and int(current) > SCHEMA_VERSION:
+                raise BackendError(f"schema {self.schema} was created by a newer memkit (version {current})")
+            await conn.execute(
+                f'INSERT INTO "{self.schema}".memkit_meta (key, value) VALUES ($1, $2) '
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                "version",
+                str(SCHEMA_VERSION),
+            )
+
+    def _table(self, collection: str) -> str:
+        return f'"{self.schema}"."{table_name(collection)}"'
+
+    async def _known_dim(self, conn: Any, collection: str) -> tuple[bool, int | None]:
+        if collection in self._dims:
+            return True, self._dims[collection]
+        row = await conn.fetchrow(f'SELECT dim FROM "{self.schema}".memkit_collections WHERE name = $1', collection)
+        if row is None:
+            return False, None
+        self._dims[collection] = row["dim"]
+        return True, row["dim"]
+
+    async def _ensure(self, conn: Any, collection: str, dim: int | None) -> None:
+        exists, have = await self._known_dim(conn, collection)
+        if exists and (dim is None or have == dim):
+            return
+        if have is not None and dim is not None and have != dim:
+            raise DimensionMismatchError(f"collection {collection!r} holds {have}-dimensional vectors, not {dim}")
+        table = table_name(collection)
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"memkit.{self.schema}.{table}")
+        for statement in collection_ddl(self.schema, table):
+            await conn.execute(statement)
+        if dim is not None:
+            for statement in vector_ddl(self.schema, table, dim, self._vector_type):
+                await conn.execute(statement)
+        await conn.execute(
+            f'INSERT INTO "{self.schema}".memkit_collections (name, table_name, dim) VALUES ($1, $2, $3) '
+            "ON CONFLICT (name) DO UPDATE SET dim = coalesce(memkit_collections.dim, excluded.dim)",
+            collection, table, dim,
+        )  # fmt: skip
+        self._dims.pop(collection, None)
+
+    async def ensure_collection(self, name: str, dim: int | None) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self._ensure(conn, name, dim)
+
+    # -- writes -----------------------------------------------------------------------------------
+    async def upsert(self, collection: str, records: Sequence[Record]) -> None:
+        if not records:
+            return
+        dims = {int(r.vector.shape[0]) for r in records if r.vector is not None}
+        if len(dims) > 1:
+            raise DimensionMismatchError(f"records in one batch have vectors of dimensions {sorted(dims)}")
+        rows = [self._row(r) for r in records]
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self._ensure(conn, collection, next(iter(dims), None))
+            _, have = await self._known_dim(conn, collection)
+            if dims and have is not None and have not in dims:
+                raise DimensionMismatchError(f"collection {collection!r} holds {have}-dimensional vectors")
+            if len(rows) >= _COPY_MIN_ROWS:
+                await self._copy_upsert(conn, collection, rows)
+            else:
+                await conn.executemany(self._insert_sql(collection, "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,"
+                                                                    "$12::real[]::vector::{vt})"), rows)  # fmt: skip
+
+    def _insert_sql(self, collection: str, source: str) -> str:
+        vector_type = self._vector_type
+        return (
+            f"INSERT INTO {self._table(collection)} (id, user_id, agent_id, session_id, body, text, tokens, "
+            f"importance, ts, expires_at, fields, embedding) {source.format(vt=vector_type)} "
+            "ON CONFLICT (id) DO UPDATE SET user_id = excluded.user_id, agent_id = excluded.agent_id, "
+            "session_id = excluded.session_id, body = excluded.body, text = excluded.text, "
+            "tokens = excluded.tokens, importance = excluded.importance, ts = excluded.ts, "
+            "expires_at = excluded.expires_at, fields = excluded.fields, embedding = excluded.embedding"
+        )
+
+    async def _copy_upsert(self, conn: Any, collection: str, rows: list[tuple[Any, ...]]) -> None:
+        """Bulk path: COPY into a temporary table, then one INSERT ... SELECT with conflict handling."""
+        await conn.execute(
+            "CREATE TEMPORARY TABLE IF NOT EXISTS memkit_staging (id text, user_id text, agent_id text, "
+            "session_id text, body bytea, text text, tokens text, importance real, ts double precision, "
+            "expires_at double precision, fields jsonb, embedding real[]) ON COMMIT DELETE ROWS"
+        )
+        await conn.copy_records_to_table("memkit_staging", records=rows)
+        source = (
+            "SELECT DISTINCT ON (id) id, user_id, agent_id, session_id, body, text, tokens, importance, ts, "
+            "expires_at, fields, embedding::vector::{vt} FROM memkit_staging"
+        )
+        await conn.execute(self._insert_sql(collection, source))
+
+    @staticmethod
+    def _row(record: Record) -> tuple[Any, ...]:
+        scope = record.scope
+        tokens = " ".join(tokenize(record.text)) if record.text else None
+        vector = None if record.vector is None else [float(x) for x in record.vector]
+        return (
+            record.id, scope.user_id, scope.agent_id, scope.session_id, record.body, record.text, tokens,
+            record.importance, record.timestamp, record.expires_at, json.dumps(record.fields), vector,
+        )  # fmt: skip
+
+    async def delete(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> int:
+        if not await self._exists(collection):
+            return 0
+        where = Where()
+        where.add(f"id = ANY({where.bind(list(ids))}::text[])")
+        where.scope(scope)
+        rows = await self.pool.fetch(f"DELETE FROM {self._table(collection)} WHERE {where.sql()} RETURNING id",
+                                     *where.params)  # fmt: skip
+        return len(rows)
+
+    async def delete_expired(self, collection: str, now: float) -> int:
+        if not await self._exists(collection):
+            return 0
+        rows = await self.pool.fetch(f"DELETE FROM {self._table(collection)} WHERE expires_at <= $1 RETURNING id", now)
+        return len(rows)
+
+    async def _exists(self, collection: str) -> bool:
+        async with self.pool.acquire() as conn:
+            exists, _ = await self._known_dim(conn, collection)
+            return exists
+
+    # -- reads ----------------------------------------------------------------------------------
+    async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
+        if not await self._exists(collection):
+            return []
+        where = Where()
+        where.add(f"id = ANY({where.bind(list(ids))}::text[])")
+        where.scope(scope)
+        rows = await self.pool.fetch(f"SELECT {RECORD_COLUMNS} FROM {self._table(collection)} WHERE {where.sql()}",
+                                     *where.params)  # fmt: skip
+        by_id = {row["id"]: _record(row) for row in rows}
+        return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
+
+    async def scan(
+        self,
+        collection: str,
+        scope: Scope,
+        *,
+        filters: Mapping[str, FilterValue] | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        now: float | None = None,
+    ) -> Page:
+        if not await self._exists(collection):
+            return Page(records=[])
+        where = Where().scope(scope).filters(filters).alive(now)
+        if cursor is not None:
+            where.add(f"id > {where.bind(cursor)}")
+        sql = f"SELECT {RECORD_COLUMNS} FROM {self._table(collection)} WHERE {where.sql()} ORDER BY id LIMIT "
+        rows = await self.pool.fetch(sql + where.bind(limit), *where.params)
+        records = [_record(row) for row in rows]
+        return Page(records=records, next_cursor=records[-1].id if len(records) == limit else None)
+
+    async def query(self, collection: str, query: Query) -> list[Hit]:
+        async with self.pool.acquire() as conn:
+            exists, dim = await self._known_dim(conn, collection)
+            if not exists:
+                return []
+            if query.vector is not None and dim is not None and int(query.vector.shape[0]) != dim:
+                raise DimensionMismatchError(
+                    f"query vector has {query.vector.shape[0]} dimensions; collection has {dim}"
+                )
+            if dim is None and query.vector is not None:
+                query = msgspec.structs.replace(query, vector=None)
+            depth = max(_FIRST_DEPTH, 4 * query.k)
+            while True:
+                candidates = await self._candidates(conn, collection, query, depth)
+                hits = candidates.rerank(query)
+                if candidates.is_exact(query, hits):
+                    return hits
+                if depth >= _MAX_DEPTH:
+                    break
+                depth *= 4
+            # The lists could not prove the answer exact: score every row in scope.
+            candidates = await self._candidates(conn, collection, query, None)
+            return candidates.rerank(query)
+
+    async def _candidates(self, conn: Any, collection: str, query: Query, depth: int | None) -> Candidates:
+        table = self._table(collection)
+        base = Where().scope(None if query.all_scopes else query.scope).filters(query.filters).alive(query.now)
+        if query.min_importance > 0:
+            base.add(f"importance >= {base.bind(query.min_importance)}")
+        candidates = Candidates(depth=depth or 0)
+        ids: set[str] = set()
+        if depth is None:
+            rows = await conn.fetch(f"SELECT id FROM {table} WHERE {base.sql()}", *base.params)
+            ids.update(row["id"] for row in rows)
+        elif query.vector is not None:
+            ids.update(await self._similar(conn, table, base, query, depth=depth, candidates=candidates))
+        tokens = sorted(set(tokenize(query.text or "")))
+        if tokens:
+            ids.update(await self._lexical(conn, table, base, tokens, depth=depth, candidates=candidates))
+        if ids:
+            rows = await conn.fetch(f"SELECT {RECORD_COLUMNS} FROM {table} WHERE id = ANY($1::text[])", list(ids))
+            candidates.records = {row["id"]: _record(row) for row in rows}
+        return candidates
+
+    async def _similar(
+        self, conn: Any, table: str, base: Where, query: Query, *, depth: int, candidates: Candidates
+    ) -> list[str]:
+        where = Where(list(base.clauses), list(base.params))
+        where.add("embedding IS NOT NULL")
+        vector = where.bind(_vector_text(query.vector))
+        sql = (
+            f"SELECT id, 1 - (embedding <=> {vector}::{self._vector_type}) AS sim FROM {table} "
+            f"WHERE {where.sql()} ORDER BY embedding <=> {vector}::{self._vector_type} LIMIT {where.bind(depth)}"
+        )
+        async with conn.transaction():
+            # pgvector 0.8: keep scanning the HNSW graph until enough rows pass the filters.
+            await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+            await conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(depth, 40), 1000)}")
+            rows = await conn.fetch(sql, *where.params)
+        if len(rows) == depth:
+            candidates.similarity_floor = float(rows[-1]["sim"])
+        return [row["id"] for row in rows]
+
+    async def _lexical(
+        self, conn: Any, table: str, base: Where, tokens: list[str], *, depth: int | None, candidates: Candidates
+    ) -> list[str]:
+        where = Where(list(base.clauses), list(base.params))
+        # Tokens are word characters only, so joining them with '|' cannot inject tsquery syntax.
+        tsquery = where.bind(" | ".join(tokens))
+        where.add(f"tsv @@ to_tsquery('simple', {tsquery})")
+        limit = f" LIMIT {where.bind(depth)}" if depth is not None else ""
+        sql = (
+            f"SELECT id, ts_rank(tsv, to_tsquery('simple', {tsquery})) AS lex FROM {table} "
+            f"WHERE {where.sql()} ORDER BY lex DESC, id{limit}"
+        )
+        rows = await conn.fetch(sql, *where.params)
+        candidates.lexical.update({row["id"]: float(row["lex"]) for row in rows})
+        if depth is not None and len(rows) == depth:
+            candidates.lexical_floor = float(rows[-1]["lex"])
+        return [row["id"] for row in rows]
+
+    # -- key-value ------------------------------------------------------------------------------
+    async def kv_get(self, namespace: str, key: str) -> bytes | None:
+        value = await self.pool.fetchval(
+            f'SELECT value FROM "{self.schema}".memkit_kv WHERE namespace = $1 AND key = $2 '
+            "AND (expires_at IS NULL OR expires_at > extract(epoch from clock_timestamp()))",
+            namespace, key,
+        )  # fmt: skip
+        return None if value is None else bytes(value)
+
+    async def kv_set(self, namespace: str, key: str, value: bytes, ttl_s: float | None = None) -> None:
+        expiry = "NULL" if ttl_s is None else "extract(epoch from clock_timestamp()) + $4"
+        params: list[Any] = [namespace, key, bytes(value)]
+        if ttl_s is not None:
+            params.append(float(ttl_s))
+        await self.pool.execute(
+            f'INSERT INTO "{self.schema}".memkit_kv (namespace, key, value, expires_at) VALUES ($1, $2, $3, {expiry}) '
+            "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at",
+            *params,
+        )
+
+    async def kv_delete(self, namespace: str, key: str) -> bool:
+        rows = await self.pool.fetch(
+            f'DELETE FROM "{self.schema}".memkit_kv WHERE namespace = $1 AND key = $2 '
+            "AND (expires_at IS NULL OR expires_at > extract(epoch from clock_timestamp())) RETURNING 1",
+            namespace, key,
+        )  # fmt: skip
+        return bool(rows)

@@ -1,0 +1,29 @@
+"""The conformance suite on real servers started by the test harness (tests/servers.py)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from memkit import open_backend
+from memkit.backend import Backend
+from memkit.testing import BackendConformance
+from tests.conftest import with_option
+
+
+class TestPostgresBackend(BackendConformance):
+    @pytest.fixture
+    async def backend(self, postgres_url: str) -> AsyncIterator[Backend]:
+        schema = f"t_{uuid.uuid4().hex[:12]}"  # a fresh schema per test keeps tests independent
+        async with open_backend(with_option(postgres_url, "schema", schema)) as backend:
+            yield backend
+
+
+class TestPostgresHalfvec(BackendConformance):
+    @pytest.fixture
+    async def backend(self, postgres_url: str) -> AsyncIterator[Backend]:
+        url = with_option(with_option(postgres_url, "schema", f"t_{uuid.uuid4().hex[:12]}"), "vector", "halfvec")
+        async with open_backend(url) as backend:
+            yield backend
