@@ -15,6 +15,6 @@ Tests that need a capability the backend does not declare are skipped.
 Needs pytest; runs under anyio's pytest plugin (shipped with anyio).
 """
 
-from memkit.testing._conformance import BackendConformance, make_record
+from memkit.testing._conformance import BackendConformance, KeyValueConformance, make_record
 
-__all__ = ["BackendConformance", "make_record"]
+__all__ = ["BackendConformance", "KeyValueConformance", "make_record"]

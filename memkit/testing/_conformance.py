@@ -13,7 +13,7 @@ from memkit._backend import Backend, Query, Record, Weights
 from memkit._errors import DimensionMismatchError, MemkitError
 from memkit._records import Scope
 
-__all__ = ["BackendConformance", "make_record"]
+__all__ = ["BackendConformance", "KeyValueConformance", "make_record"]
 
 DIM = 8
 COLLECTION = "conformance"
@@ -60,10 +60,34 @@ def _require(backend: Backend, capability: str) -> None:
         pytest.skip(f"{type(backend).__name__} does not declare {capability}")
 
 
-class BackendConformance:
-    """Subclass and provide an async ``backend`` fixture yielding an open, empty backend."""
+class KeyValueConformance:
+    """The key-value face alone (what plain Redis offers). Provide an async ``backend`` fixture."""
 
     pytestmark = pytest.mark.anyio
+
+    # -- key-value ------------------------------------------------------------------------------
+    async def test_kv(self, backend: Backend) -> None:
+        assert await backend.kv_get("ns", "k") is None
+        await backend.kv_set("ns", "k", b"v1")
+        await backend.kv_set("other", "k", b"v2")
+        assert await backend.kv_get("ns", "k") == b"v1"
+        assert await backend.kv_get("other", "k") == b"v2"
+        assert await backend.kv_delete("ns", "k") is True
+        assert await backend.kv_delete("ns", "k") is False
+        assert await backend.kv_get("ns", "k") is None
+
+    async def test_kv_ttl(self, backend: Backend) -> None:
+        _require(backend, "ttl")
+        await backend.kv_set("ns", "short", b"x", ttl_s=0.2)
+        await backend.kv_set("ns", "long", b"y", ttl_s=60)
+        assert await backend.kv_get("ns", "short") == b"x"
+        await anyio.sleep(0.4)
+        assert await backend.kv_get("ns", "short") is None
+        assert await backend.kv_get("ns", "long") == b"y"
+
+
+class BackendConformance(KeyValueConformance):
+    """Subclass and provide an async ``backend`` fixture yielding an open, empty backend."""
 
     # -- CRUD -----------------------------------------------------------------------------------
     async def test_upsert_get_roundtrip(self, backend: Backend) -> None:
@@ -245,26 +269,6 @@ class BackendConformance:
                 break
             cursor = page.next_cursor
         assert seen == [f"p{i:02d}" for i in range(25)]
-
-    # -- key-value ------------------------------------------------------------------------------
-    async def test_kv(self, backend: Backend) -> None:
-        assert await backend.kv_get("ns", "k") is None
-        await backend.kv_set("ns", "k", b"v1")
-        await backend.kv_set("other", "k", b"v2")
-        assert await backend.kv_get("ns", "k") == b"v1"
-        assert await backend.kv_get("other", "k") == b"v2"
-        assert await backend.kv_delete("ns", "k") is True
-        assert await backend.kv_delete("ns", "k") is False
-        assert await backend.kv_get("ns", "k") is None
-
-    async def test_kv_ttl(self, backend: Backend) -> None:
-        _require(backend, "ttl")
-        await backend.kv_set("ns", "short", b"x", ttl_s=0.2)
-        await backend.kv_set("ns", "long", b"y", ttl_s=60)
-        assert await backend.kv_get("ns", "short") == b"x"
-        await anyio.sleep(0.4)
-        assert await backend.kv_get("ns", "short") is None
-        assert await backend.kv_get("ns", "long") == b"y"
 
     # -- concurrency ----------------------------------------------------------------------------
     async def test_concurrent_writers_and_readers(self, backend: Backend) -> None:

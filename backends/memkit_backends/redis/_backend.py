@@ -1,0 +1,371 @@
+"""``redis://`` / ``rediss://``: records as hashes indexed by RediSearch; key-value with expiry.
+
+Needs Redis 8 or Redis Stack (the search module) for records; on a plain Redis the key-value face
+works and record calls raise ``CapabilityError``. URL options: ``connect_timeout`` (seconds, 5),
+``retries`` (3).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import redis.asyncio as aioredis
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from memkit.backend import Backend, Capabilities, FilterValue, Hit, Page, Query, Record, Scope, StorageURL
+from memkit.errors import (
+    BackendError,
+    BackendUnavailableError,
+    CapabilityError,
+    DimensionMismatchError,
+)
+from memkit.text import tokenize
+from memkit_backends._rerank import Candidates
+from memkit_backends.redis._keys import (
+    NONE_EXPIRY,
+    collection_prefix,
+    filter_tags,
+    index_name,
+    query_clauses,
+    tag,
+)
+
+__all__ = ["RedisBackend"]
+
+_FIRST_DEPTH = 100
+_MAX_DEPTH = 6_400
+_FULL_SCAN = 10_000
+_NO_SEARCH = "this Redis has no search module; records need Redis 8 or Redis Stack (key-value works without it)"
+
+
+def _pairs(reply: Any) -> dict[Any, Any]:
+    """A RESP2 flat list or an already-parsed dict, as a dict with bytes keys."""
+    if isinstance(reply, dict):
+        return {k.encode() if isinstance(k, str) else k: v for k, v in reply.items()}
+    return dict(zip(reply[::2], reply[1::2], strict=False))
+
+
+def _record(raw: Mapping[bytes, bytes]) -> Record:
+    vector = raw.get(b"emb")
+    expires = float(raw[b"exp"])
+    return Record(
+        id=raw[b"rid"].decode(),
+        scope=Scope(
+            user_id=raw[b"uid"].decode() if b"uid" in raw else None,
+            agent_id=raw[b"aid"].decode() if b"aid" in raw else None,
+            session_id=raw[b"sid"].decode() if b"sid" in raw else None,
+        ),
+        body=raw[b"body"],
+        text=raw[b"text"].decode() if b"text" in raw else None,
+        vector=None if vector is None else np.frombuffer(vector, dtype=np.float32).copy(),
+        importance=float(raw[b"imp"]),
+        timestamp=float(raw[b"ts"]),
+        expires_at=None if expires >= NONE_EXPIRY else expires,
+        fields=json.loads(raw[b"fields"]),
+    )
+
+
+def _results(reply: Any, *, with_scores: bool = False) -> list[tuple[str, float, dict[bytes, Any]]]:
+    """(key, score, returned fields) from an FT.SEARCH reply in RESP3 (dict) or RESP2 (flat list) form."""
+    if isinstance(reply, dict):
+        parsed = _pairs(reply)
+        out = []
+        for item in parsed.get(b"results", []):
+            entry = _pairs(item)
+            values = entry.get(b"extra_attributes") or entry.get(b"values") or {}
+            out.append((_as_bytes(entry[b"id"]).decode(), float(entry.get(b"score", 0.0)), _pairs(values)))
+        return out
+    step = 1 + int(with_scores)
+    items = reply[1:]
+    keys = items[::step] if step == 1 else items[0::2]
+    scores = [float(x) for x in items[1::2]] if with_scores else [0.0] * len(keys)
+    return [(_as_bytes(k).decode(), sc, {}) for k, sc in zip(keys, scores, strict=False)]
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+def _mapping(record: Record) -> dict[str | bytes, bytes | str | float]:
+    scope = record.scope
+    mapping: dict[str | bytes, bytes | str | float] = {
+        "rid": record.id, "body": record.body, "imp": record.importance, "ts": record.timestamp,
+        "exp": NONE_EXPIRY if record.expires_at is None else record.expires_at,
+        "fields": json.dumps(record.fields), "flt": filter_tags(record.fields),
+    }  # fmt: skip
+    for short, raw_key, value in (("u", "uid", scope.user_id), ("a", "aid", scope.agent_id),
+                                  ("s", "sid", scope.session_id)):  # fmt: skip
+        if value is not None:
+            mapping[short] = tag("scope", value)
+            mapping[raw_key] = value
+    if record.text:
+        mapping["text"] = record.text
+        mapping["tokens"] = " ".join(tokenize(record.text))
+    if record.vector is not None:
+        mapping["emb"] = np.ascontiguousarray(record.vector, dtype=np.float32).tobytes()
+    return mapping
+
+
+class RedisBackend(Backend):
+    capabilities = Capabilities(vector_search=True, text_search=True, ttl=True, transactions=False, persistent=True)
+
+    def __init__(self, url: StorageURL) -> None:
+        super().__init__(url)
+        self._timeout = float(url.options.get("connect_timeout", "5"))
+        retries = int(url.options.get("retries", "3"))
+        raw = url.raw.split("?", 1)[0]
+        self._client: aioredis.Redis = aioredis.Redis.from_url(
+            raw, socket_connect_timeout=self._timeout, socket_timeout=max(self._timeout, 30.0),
+            retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries),
+            retry_on_error=[RedisConnectionError, RedisTimeoutError], protocol=3,
+        )  # fmt: skip
+        self._dims: dict[str, int | None] = {}
+        self._has_search = False
+
+    async def open(self) -> None:
+        try:
+            await self._client.ping()
+            modules = await self._raw("MODULE", "LIST")
+        except RedisError as exc:
+            raise BackendUnavailableError(f"cannot reach Redis at {self.url}: {exc}") from exc
+        names = {_as_bytes(_pairs(m).get(b"name", b"")).lower() for m in modules}
+        self._has_search = b"search" in names or b"ft" in names
+        if not self._has_search:
+            self.capabilities = Capabilities(ttl=True, persistent=True)
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    def _require_search(self) -> None:
+        if not self._has_search:
+            raise CapabilityError(_NO_SEARCH)
+
+    async def _raw(self, *args: Any) -> Any:
+        return await self._client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+    async def _call(self, *args: Any) -> Any:
+        try:
+            return await self._raw(*args)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise BackendUnavailableError(f"Redis at {self.url} unreachable: {exc}") from exc
+        except ResponseError as exc:
+            raise BackendError(f"Redis refused {args[0]}: {exc}") from exc
+
+    # -- collections ----------------------------------------------------------------------------
+    async def _dim(self, collection: str) -> tuple[bool, int | None]:
+        if collection in self._dims:
+            return True, self._dims[collection]
+        try:
+            info = await self._raw("FT.INFO", index_name(collection))
+        except ResponseError:
+            return False, None
+        dim = None
+        for attribute in _pairs(info).get(b"attributes", []):
+            pairs = _pairs(attribute)
+            if _as_bytes(pairs.get(b"type", b"")) == b"VECTOR":
+                dim = int(pairs.get(b"dim", 0)) or None
+        self._dims[collection] = dim
+        return True, dim
+
+    async def ensure_collection(self, name: str, dim: int | None) -> None:
+        self._require_search()
+        exists, have = await self._dim(name)
+        if exists and (dim is None or have == dim):
+            return
+        if have is not None and dim is not None and have != dim:
+            raise DimensionMismatchError(f"collection {name!r} holds {have}-dimensional vectors, not {dim}")
+        schema: list[Any] = [
+            "rid", "TEXT", "NOINDEX", "SORTABLE", "u", "TAG", "a", "TAG", "s", "TAG", "flt", "TAG",
+            "tokens", "TEXT", "NOSTEM", "imp", "NUMERIC", "ts", "NUMERIC", "exp", "NUMERIC",
+        ]  # fmt: skip
+        if dim is not None:
+            schema += ["emb", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", str(dim), "DISTANCE_METRIC", "COSINE"]
+        if exists:  # created before its dimension was known: add the vector field now
+            await self._call("FT.ALTER", index_name(name), "SCHEMA", "ADD", *schema[-11:])
+        else:
+            await self._call("FT.CREATE", index_name(name), "ON", "HASH", "PREFIX", "1", collection_prefix(name),
+                             "STOPWORDS", "0", "SCHEMA", *schema)  # fmt: skip
+        self._dims[name] = dim
+
+    # -- writes -----------------------------------------------------------------------------------
+    async def upsert(self, collection: str, records: Sequence[Record]) -> None:
+        self._require_search()
+        if not records:
+            return
+        dims = {int(r.vector.shape[0]) for r in records if r.vector is not None}
+        if len(dims) > 1:
+            raise DimensionMismatchError(f"records in one batch have vectors of dimensions {sorted(dims)}")
+        _, have = await self._dim(collection)
+        if dims and have is not None and have not in dims:
+            raise DimensionMismatchError(f"collection {collection!r} holds {have}-dimensional vectors")
+        await self.ensure_collection(collection, next(iter(dims), None))
+        prefix = collection_prefix(collection)
+        try:
+            async with self._client.pipeline(transaction=True) as pipe:
+                for record in records:
+                    key = prefix + record.id
+                    pipe.delete(key)  # a replaced record must not keep fields it no longer has
+                    pipe.hset(key, mapping=_mapping(record))  # type: ignore[arg-type]  # dict is invariant
+                await pipe.execute()
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise BackendUnavailableError(f"Redis at {self.url} unreachable: {exc}") from exc
+
+    async def delete(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> int:
+        if not self._has_search:
+            raise CapabilityError(_NO_SEARCH)
+        found = await self.get(collection, ids, scope)
+        if not found:
+            return 0
+        prefix = collection_prefix(collection)
+        return int(await self._call("DEL", *(prefix + r.id for r in found)))
+
+    async def delete_expired(self, collection: str, now: float) -> int:
+        self._require_search()
+        total = 0
+        while True:
+            ids = await self._search_ids(collection, f"@exp:[-inf {now!r}]", 1000)
+            if not ids:
+                return total
+            total += int(await self._call("DEL", *(collection_prefix(collection) + i for i in ids)))
+
+    # -- reads ----------------------------------------------------------------------------------
+    async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
+        self._require_search()
+        prefix = collection_prefix(collection)
+        async with self._client.pipeline(transaction=False) as pipe:
+            for record_id in ids:
+                pipe.hgetall(prefix + record_id)
+            raws = await pipe.execute()
+        records = [_record(raw) for raw in raws if raw]
+        if scope is not None:
+            from memkit.backend import scope_matches
+
+            records = [r for r in records if scope_matches(r.scope, scope)]
+        return records
+
+    async def _search_ids(self, collection: str, query: str, limit: int, offset: int = 0) -> list[str]:
+        try:
+            reply = await self._call("FT.SEARCH", index_name(collection), query, "NOCONTENT", "SORTBY", "rid", "ASC",
+                                     "LIMIT", str(offset), str(limit), "DIALECT", "2")  # fmt: skip
+        except BackendError as exc:
+            if "no such index" in str(exc).lower() or "unknown index" in str(exc).lower():
+                return []
+            raise
+        prefix = collection_prefix(collection)
+        return [key[len(prefix) :] for key, _, _ in _results(reply)]
+
+    async def scan(
+        self,
+        collection: str,
+        scope: Scope,
+        *,
+        filters: Mapping[str, FilterValue] | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+        now: float | None = None,
+    ) -> Page:
+        self._require_search()
+        offset = int(cursor) if cursor else 0
+        query = " ".join(query_clauses(scope, filters, now)) or "*"
+        ids = await self._search_ids(collection, query, limit, offset)
+        records = await self.get(collection, ids)
+        return Page(records=records, next_cursor=str(offset + limit) if len(ids) == limit else None)
+
+    async def query(self, collection: str, query: Query) -> list[Hit]:
+        self._require_search()
+        exists, dim = await self._dim(collection)
+        if not exists:
+            return []
+        if query.vector is not None and dim is not None and int(query.vector.shape[0]) != dim:
+            raise DimensionMismatchError(f"query vector has {query.vector.shape[0]} dimensions; collection has {dim}")
+        depth = max(_FIRST_DEPTH, 4 * query.k)
+        while True:
+            candidates = await self._candidates(collection, query, depth, dim)
+            hits = candidates.rerank(query)
+            if candidates.is_exact(query, hits) or depth >= _MAX_DEPTH:
+                break
+            depth *= 4
+        if not candidates.is_exact(query, hits):
+            candidates = await self._candidates(collection, query, None, dim)
+            hits = candidates.rerank(query)
+        return hits
+
+    def _prefilter(self, query: Query) -> str:
+        clauses = query_clauses(None if query.all_scopes else query.scope, query.filters, query.now)
+        if query.min_importance > 0:
+            clauses.append(f"@imp:[{query.min_importance!r} +inf]")
+        return " ".join(clauses) or "*"
+
+    async def _candidates(self, collection: str, query: Query, depth: int | None, dim: int | None) -> Candidates:
+        candidates = Candidates(depth=depth or 0)
+        prefilter = self._prefilter(query)
+        ids: set[str] = set()
+        if depth is None:
+            ids.update(await self._search_ids(collection, prefilter, _FULL_SCAN))
+        elif query.vector is not None and dim is not None:
+            ids.update(await self._similar(collection, prefilter, query.vector, depth, candidates))
+        tokens = sorted(set(tokenize(query.text or "")))
+        if tokens:
+            ids.update(await self._lexical(collection, prefilter, tokens, depth, candidates))
+        candidates.records = {r.id: r for r in await self.get(collection, sorted(ids))}
+        return candidates
+
+    async def _similar(
+        self, collection: str, prefilter: str, vector: Any, depth: int, candidates: Candidates
+    ) -> list[str]:
+        blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+        knn = f"({prefilter})=>[KNN {depth} @emb $vec EF_RUNTIME {max(depth, 10)} AS dist]"
+        reply = await self._call("FT.SEARCH", index_name(collection), knn, "PARAMS", "2", "vec", blob,
+                                 "SORTBY", "dist", "ASC", "RETURN", "1", "dist", "LIMIT", "0", str(depth),
+                                 "DIALECT", "2")  # fmt: skip
+        prefix = collection_prefix(collection)
+        ids, distances = [], []
+        for key, _, values in _results(reply):
+            ids.append(key[len(prefix) :])
+            distances.append(float(values[b"dist"]))
+        if len(ids) == depth:
+            candidates.similarity_floor = 1.0 - distances[-1]
+        return ids
+
+    async def _lexical(
+        self, collection: str, prefilter: str, tokens: list[str], depth: int | None, candidates: Candidates
+    ) -> list[str]:
+        # Tokens are word characters only; braces-free, so they cannot change the query's structure.
+        text = "@tokens:(" + "|".join(tokens) + ")"
+        query = text if prefilter == "*" else f"{text} {prefilter}"
+        limit = depth if depth is not None else _FULL_SCAN
+        reply = await self._call("FT.SEARCH", index_name(collection), query, "WITHSCORES", "SCORER", "BM25",
+                                 "NOCONTENT", "LIMIT", "0", str(limit), "DIALECT", "2")  # fmt: skip
+        prefix = collection_prefix(collection)
+        results = _results(reply, with_scores=True)
+        ids = [key[len(prefix) :] for key, _, _ in results]
+        scores = [score for _, score, _ in results]
+        candidates.lexical.update(zip(ids, scores, strict=True))
+        if depth is not None and len(ids) == depth:
+            candidates.lexical_floor = min(scores)
+        return ids
+
+    # -- key-value ------------------------------------------------------------------------------
+    @staticmethod
+    def _kv_key(namespace: str, key: str) -> bytes:
+        return b"memkit:kv:" + namespace.encode() + b"\x00" + key.encode()
+
+    async def kv_get(self, namespace: str, key: str) -> bytes | None:
+        value = await self._call("GET", self._kv_key(namespace, key))
+        return None if value is None else bytes(value)
+
+    async def kv_set(self, namespace: str, key: str, value: bytes, ttl_s: float | None = None) -> None:
+        args: list[Any] = ["SET", self._kv_key(namespace, key), bytes(value)]
+        if ttl_s is not None:
+            args += ["PX", str(max(1, int(ttl_s * 1000)))]
+        await self._call(*args)
+
+    async def kv_delete(self, namespace: str, key: str) -> bool:
+        return bool(await self._call("DEL", self._kv_key(namespace, key)))
