@@ -55,3 +55,23 @@ def redis_plain_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def with_option(url: str, key: str, value: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}{key}={value}"
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "redis"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every backend that stores records: a fresh, empty store per test."""
+    if request.param == "memory":
+        return "memory://"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'mem.db'}"
+    if request.param == "postgres":
+        import uuid
+
+        return with_option(request.getfixturevalue("postgres_url"), "schema", f"t_{uuid.uuid4().hex[:12]}")
+    import redis
+
+    url: str = request.getfixturevalue("redis_url")
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.close()
+    return url

@@ -29,8 +29,8 @@ def turns(start: int = 0, stop: int | None = None) -> list[Turn]:
             for i, (s, t) in enumerate(DIALOGUE[start:stop], start)]  # fmt: skip
 
 
-async def test_turns_keep_context_out_of_content(embedded_url: str) -> None:
-    async with Memkit(embedded_url, embedder=HashingEmbedder(64)) as mem:
+async def test_turns_keep_context_out_of_content(store_url: str) -> None:
+    async with Memkit(store_url, embedder=HashingEmbedder(64)) as mem:
         stored = await mem.long_term.add_turns(turns(), user_id="jo")
         assert stored[0].content == "Sam: Hey Jo, how was your weekend?"
         assert stored[1].content == "Jo: Great! I finally went to the pottery class I told you about."
@@ -41,23 +41,23 @@ async def test_turns_keep_context_out_of_content(embedded_url: str) -> None:
         assert all("\n" not in hit.memory.content for hit in hits)
 
 
-async def test_positions_continue_across_calls_and_processes(embedded_url: str) -> None:
-    async with Memkit(embedded_url, embedder=HashingEmbedder(64)) as mem:
+async def test_positions_continue_across_calls_and_processes(store_url: str) -> None:
+    async with Memkit(store_url, embedder=HashingEmbedder(64)) as mem:
         first = await mem.long_term.add_turns(turns(0, 3), user_id="jo", thread="chat")
         second = await mem.long_term.add_turns(turns(3, 5), user_id="jo", thread="chat")
         other = await mem.long_term.add_turns(turns(0, 1), user_id="jo", thread="other")
     assert [m.metadata["position"] for m in first + second] == [0, 1, 2, 3, 4]
     assert second[0].context == first[-1].content  # context carries over between calls
     assert other[0].metadata["position"] == 0 and other[0].context is None
-    if embedded_url.startswith("sqlite"):
-        async with Memkit(embedded_url, embedder=HashingEmbedder(64)) as mem:
+    if store_url.startswith("sqlite"):
+        async with Memkit(store_url, embedder=HashingEmbedder(64)) as mem:
             third = await mem.long_term.add_turns(turns(5, 6), user_id="jo", thread="chat")
         assert third[0].metadata["position"] == 5 and third[0].context == second[-1].content
 
 
-async def test_neighbour_turn_answers_the_question(embedded_url: str, local_embedder: CachedEmbedder) -> None:
+async def test_neighbour_turn_answers_the_question(store_url: str, local_embedder: CachedEmbedder) -> None:
     """The question matches Sam's turn; the answer is in Jo's reply after it."""
-    async with Memkit(embedded_url, embedder=local_embedder) as mem:
+    async with Memkit(store_url, embedder=local_embedder) as mem:
         await mem.long_term.add_turns(turns(), user_id="jo")
         hits = await mem.long_term.recall("What did Jo make at the pottery class?", user_id="jo", k=3)
         contents = [hit.memory.content for hit in hits]
@@ -72,20 +72,20 @@ async def test_neighbour_turn_answers_the_question(embedded_url: str, local_embe
         assert "Jo: Yes, the race is in Rotterdam in April." in [hit.memory.content for hit in hits]
 
 
-async def test_fusion_and_neighbour_options(embedded_url: str) -> None:
+async def test_fusion_and_neighbour_options(store_url: str) -> None:
     embedder = CachedEmbedder(HashingEmbedder(64))
     for config in (LongTermConfig(fusion="rrf"), LongTermConfig(neighbour_weight=0.0)):
-        async with Memkit(embedded_url, embedder=embedder, long_term=config) as mem:
+        async with Memkit(store_url, embedder=embedder, long_term=config) as mem:
             await mem.long_term.add_turns(turns(), user_id="jo")
             hits = await mem.long_term.recall("bakery croissants", user_id="jo", k=3)
             assert len(hits) == 3 and all(hit.neighbour == 0 for hit in hits)
             assert "bakery" in hits[0].memory.content or "croissants" in hits[0].memory.content
 
 
-async def test_bad_turns_write_nothing(embedded_url: str) -> None:
+async def test_bad_turns_write_nothing(store_url: str) -> None:
     from memkit import ContentError
 
-    async with Memkit(embedded_url, embedder=HashingEmbedder(64)) as mem:
+    async with Memkit(store_url, embedder=HashingEmbedder(64)) as mem:
         bad = [*turns(0, 2), Turn(speaker="Sam", text="x" * 9000)]
         with pytest.raises(ContentError):
             await mem.long_term.add_turns(bad, user_id="jo")

@@ -27,8 +27,8 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-async def mem(embedded_url: str) -> AsyncIterator[Memkit]:
-    async with Memkit(embedded_url, embedder=HashingEmbedder(64)) as client:
+async def mem(store_url: str) -> AsyncIterator[Memkit]:
+    async with Memkit(store_url, embedder=HashingEmbedder(64)) as client:
         yield client
 
 
@@ -78,9 +78,9 @@ async def test_scope_required_unless_opted_in(mem: Memkit) -> None:
     assert {h.memory.scope.user_id for h in hits} == {"x", "y"}
 
 
-async def test_importance_gate(embedded_url: str) -> None:
+async def test_importance_gate(store_url: str) -> None:
     config = LongTermConfig(min_importance=0.3)
-    async with Memkit(embedded_url, embedder=HashingEmbedder(64), long_term=config) as mem:
+    async with Memkit(store_url, embedder=HashingEmbedder(64), long_term=config) as mem:
         result = await mem.long_term.store("trivia", user_id="u", importance=0.1)
         assert result.status == "rejected" and result.memory is None and "0.3" in (result.reason or "")
         assert (await mem.long_term.list(user_id="u")).memories == []
@@ -207,17 +207,17 @@ class BrokenEmbedder:
 
 
 @pytest.mark.parametrize("vector", [[float("nan"), 1.0], [float("inf"), 0.0], [0.0, 0.0]])
-async def test_bad_vectors_rejected(embedded_url: str, vector: list[float]) -> None:
-    async with Memkit(embedded_url, embedder=BrokenEmbedder(vector)) as mem:
+async def test_bad_vectors_rejected(store_url: str, vector: list[float]) -> None:
+    async with Memkit(store_url, embedder=BrokenEmbedder(vector)) as mem:
         with pytest.raises(InvalidVectorError):
             await mem.long_term.store("hello", user_id="u")
         assert (await mem.long_term.list(user_id="u")).memories == []
 
 
-async def test_wrong_dimension_rejected(embedded_url: str) -> None:
+async def test_wrong_dimension_rejected(store_url: str) -> None:
     from memkit import DimensionMismatchError
 
-    async with Memkit(embedded_url, embedder=HashingEmbedder(64)) as mem:
+    async with Memkit(store_url, embedder=HashingEmbedder(64)) as mem:
         await mem.long_term.store("first", user_id="u")
         mem.long_term.embedder = HashingEmbedder(32)
         with pytest.raises(DimensionMismatchError):

@@ -19,8 +19,8 @@ MEMORIES = [
 ]
 
 
-async def test_paraphrase_rare_name_and_forgetting(embedded_url: str, local_embedder: CachedEmbedder) -> None:
-    async with Memkit(embedded_url, embedder=local_embedder) as mem:
+async def test_paraphrase_rare_name_and_forgetting(store_url: str, local_embedder: CachedEmbedder) -> None:
+    async with Memkit(store_url, embedder=local_embedder) as mem:
         ids = {}
         for kind, content in MEMORIES:
             result = await mem.long_term.store(content, user_id="u", kind=kind)

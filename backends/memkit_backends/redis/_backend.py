@@ -185,10 +185,11 @@ class RedisBackend(Backend):
             "rid", "TEXT", "NOINDEX", "SORTABLE", "u", "TAG", "a", "TAG", "s", "TAG", "flt", "TAG",
             "tokens", "TEXT", "NOSTEM", "imp", "NUMERIC", "ts", "NUMERIC", "exp", "NUMERIC",
         ]  # fmt: skip
+        vector = ["emb", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", str(dim), "DISTANCE_METRIC", "COSINE"]
         if dim is not None:
-            schema += ["emb", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", str(dim), "DISTANCE_METRIC", "COSINE"]
+            schema += vector
         if exists:  # created before its dimension was known: add the vector field now
-            await self._call("FT.ALTER", index_name(name), "SCHEMA", "ADD", *schema[-11:])
+            await self._call("FT.ALTER", index_name(name), "SCHEMA", "ADD", *vector)
         else:
             await self._call("FT.CREATE", index_name(name), "ON", "HASH", "PREFIX", "1", collection_prefix(name),
                              "STOPWORDS", "0", "SCHEMA", *schema)  # fmt: skip
