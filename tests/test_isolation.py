@@ -36,10 +36,10 @@ def vector(seed: int) -> np.ndarray:
 
 
 memories = st.lists(st.tuples(users, text, st.integers(0, 1000)), min_size=1, max_size=12)
-queries = st.lists(st.tuples(users, text, st.dictionaries(st.sampled_from(["kind", "meta.tag", "x"]),
-                                                          st.one_of(text, st.lists(text, max_size=3)),
-                                                          max_size=2)),  # fmt: skip
-                   min_size=1, max_size=4)  # fmt: skip
+filters = st.dictionaries(
+    st.sampled_from(["kind", "meta.tag", "x"]), st.one_of(text, st.lists(text, max_size=3)), max_size=2
+)
+queries = st.lists(st.tuples(users, text, filters), min_size=1, max_size=4)
 
 
 @pytest.fixture
