@@ -1,7 +1,8 @@
 """``postgresql://``: asyncpg pool, pgvector HNSW, tsvector full-text search, JSONB fields.
 
 URL options (removed before the URL reaches asyncpg): ``schema`` (default ``memkit``),
-``pool_min`` / ``pool_max`` (1 / 10), ``connect_timeout`` (seconds, 10), ``vector=vector|halfvec``.
+``pool_min`` / ``pool_max`` (1 / 10), ``connect_timeout`` (seconds, 10), ``vector=vector|halfvec``,
+``retries`` (6: how often an operation is retried, with exponential backoff, after a lost connection).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from memkit.backend import Backend, Capabilities, FilterValue, Hit, Page, Query,
 from memkit.errors import BackendError, BackendUnavailableError, DimensionMismatchError, InvalidURLError
 from memkit.text import tokenize
 from memkit_backends._rerank import Candidates
+from memkit_backends._retry import retrying
 from memkit_backends.postgres._sql import (
     RECORD_COLUMNS,
     SCHEMA_VERSION,
@@ -33,10 +35,18 @@ from memkit_backends.postgres._sql import (
 
 __all__ = ["PostgresBackend"]
 
-_OPTIONS = ("schema", "pool_min", "pool_max", "connect_timeout", "vector")
+_OPTIONS = ("schema", "pool_min", "pool_max", "connect_timeout", "vector", "retries")
 _FIRST_DEPTH = 100
 _MAX_DEPTH = 6_400
 _COPY_MIN_ROWS = 64
+_TRANSIENT = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.AdminShutdownError,
+    asyncpg.InterfaceError,
+)
+"""Errors after which a new connection may succeed: lost connections, a server restarting."""
 
 
 def _vector_text(vector: Any) -> str:
@@ -68,6 +78,9 @@ class PostgresBackend(Backend):
         self._pool_min = int(options.get("pool_min", "1"))
         self._pool_max = int(options.get("pool_max", "10"))
         self._timeout = float(options.get("connect_timeout", "10"))
+        self.retries = int(options.get("retries", "6"))
+        self.backoff_s = 0.1
+        self.transient_errors: tuple[type[BaseException], ...] = _TRANSIENT
         self._vector_type = options.get("vector", "vector")
         if self._vector_type not in {"vector", "halfvec"}:
             raise InvalidURLError(f"vector={self._vector_type!r}: use vector or halfvec")
@@ -149,11 +162,13 @@ class PostgresBackend(Backend):
         )  # fmt: skip
         self._dims.pop(collection, None)
 
+    @retrying
     async def ensure_collection(self, name: str, dim: int | None) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             await self._ensure(conn, name, dim)
 
     # -- writes -----------------------------------------------------------------------------------
+    @retrying
     async def upsert(self, collection: str, records: Sequence[Record]) -> None:
         if not records:
             return
@@ -207,6 +222,7 @@ class PostgresBackend(Backend):
             record.importance, record.timestamp, record.expires_at, json.dumps(record.fields), vector,
         )  # fmt: skip
 
+    @retrying
     async def delete(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> int:
         if not await self._exists(collection):
             return 0
@@ -217,6 +233,7 @@ class PostgresBackend(Backend):
                                      *where.params)  # fmt: skip
         return len(rows)
 
+    @retrying
     async def delete_expired(self, collection: str, now: float) -> int:
         if not await self._exists(collection):
             return 0
@@ -229,6 +246,7 @@ class PostgresBackend(Backend):
             return exists
 
     # -- reads ----------------------------------------------------------------------------------
+    @retrying
     async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
         if not await self._exists(collection):
             return []
@@ -240,6 +258,7 @@ class PostgresBackend(Backend):
         by_id = {row["id"]: _record(row) for row in rows}
         return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
 
+    @retrying
     async def scan(
         self,
         collection: str,
@@ -260,6 +279,7 @@ class PostgresBackend(Backend):
         records = [_record(row) for row in rows]
         return Page(records=records, next_cursor=records[-1].id if len(records) == limit else None)
 
+    @retrying
     async def query(self, collection: str, query: Query) -> list[Hit]:
         async with self.pool.acquire() as conn:
             exists, dim = await self._known_dim(conn, collection)
@@ -342,6 +362,7 @@ class PostgresBackend(Backend):
         return [row["id"] for row in rows]
 
     # -- key-value ------------------------------------------------------------------------------
+    @retrying
     async def kv_get(self, namespace: str, key: str) -> bytes | None:
         value = await self.pool.fetchval(
             f'SELECT value FROM "{self.schema}".memkit_kv WHERE namespace = $1 AND key = $2 '
@@ -350,6 +371,7 @@ class PostgresBackend(Backend):
         )  # fmt: skip
         return None if value is None else bytes(value)
 
+    @retrying
     async def kv_set(self, namespace: str, key: str, value: bytes, ttl_s: float | None = None) -> None:
         expiry = "NULL" if ttl_s is None else "extract(epoch from clock_timestamp()) + $4"
         params: list[Any] = [namespace, key, bytes(value)]
@@ -361,6 +383,7 @@ class PostgresBackend(Backend):
             *params,
         )
 
+    @retrying
     async def kv_delete(self, namespace: str, key: str) -> bool:
         rows = await self.pool.fetch(
             f'DELETE FROM "{self.schema}".memkit_kv WHERE namespace = $1 AND key = $2 '

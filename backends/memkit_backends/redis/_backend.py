@@ -1,8 +1,9 @@
 """``redis://`` / ``rediss://``: records as hashes indexed by RediSearch; key-value with expiry.
 
 Needs Redis 8 or Redis Stack (the search module) for records; on a plain Redis the key-value face
-works and record calls raise ``CapabilityError``. URL options: ``connect_timeout`` (seconds, 5),
-``retries`` (3).
+works and record calls raise ``CapabilityError``. URL options: ``connect_timeout`` (seconds, 5: also
+bounds ``open()``), ``retries`` (6: how often an operation is retried, with exponential backoff,
+after a lost connection).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import anyio
 import numpy as np
 import redis.asyncio as aioredis
 from redis.backoff import ExponentialBackoff
@@ -28,6 +30,7 @@ from memkit.errors import (
 )
 from memkit.text import tokenize
 from memkit_backends._rerank import Candidates
+from memkit_backends._retry import retrying
 from memkit_backends.redis._keys import (
     NONE_EXPIRY,
     collection_prefix,
@@ -119,11 +122,13 @@ class RedisBackend(Backend):
     def __init__(self, url: StorageURL) -> None:
         super().__init__(url)
         self._timeout = float(url.options.get("connect_timeout", "5"))
-        retries = int(url.options.get("retries", "3"))
+        self.retries = int(url.options.get("retries", "6"))
+        self.backoff_s = 0.05
+        self.transient_errors: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError)
         raw = url.raw.split("?", 1)[0]
         self._client: aioredis.Redis = aioredis.Redis.from_url(
             raw, socket_connect_timeout=self._timeout, socket_timeout=max(self._timeout, 30.0),
-            retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries),
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 1),
             retry_on_error=[RedisConnectionError, RedisTimeoutError], protocol=3,
         )  # fmt: skip
         self._dims: dict[str, int | None] = {}
@@ -131,10 +136,12 @@ class RedisBackend(Backend):
 
     async def open(self) -> None:
         try:
-            await self._client.ping()
-            modules = await self._raw("MODULE", "LIST")
-        except RedisError as exc:
-            raise BackendUnavailableError(f"cannot reach Redis at {self.url}: {exc}") from exc
+            with anyio.fail_after(self._timeout):
+                await self._client.ping()
+                modules = await self._raw("MODULE", "LIST")
+        except (RedisError, TimeoutError) as exc:
+            await self._client.aclose()
+            raise BackendUnavailableError(f"cannot reach Redis at {self.url} within {self._timeout} s: {exc}") from exc
         names = {_as_bytes(_pairs(m).get(b"name", b"")).lower() for m in modules}
         self._has_search = b"search" in names or b"ft" in names
         if not self._has_search:
@@ -174,6 +181,7 @@ class RedisBackend(Backend):
         self._dims[collection] = dim
         return True, dim
 
+    @retrying
     async def ensure_collection(self, name: str, dim: int | None) -> None:
         self._require_search()
         exists, have = await self._dim(name)
@@ -196,6 +204,7 @@ class RedisBackend(Backend):
         self._dims[name] = dim
 
     # -- writes -----------------------------------------------------------------------------------
+    @retrying
     async def upsert(self, collection: str, records: Sequence[Record]) -> None:
         self._require_search()
         if not records:
@@ -218,6 +227,7 @@ class RedisBackend(Backend):
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise BackendUnavailableError(f"Redis at {self.url} unreachable: {exc}") from exc
 
+    @retrying
     async def delete(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> int:
         if not self._has_search:
             raise CapabilityError(_NO_SEARCH)
@@ -227,6 +237,7 @@ class RedisBackend(Backend):
         prefix = collection_prefix(collection)
         return int(await self._call("DEL", *(prefix + r.id for r in found)))
 
+    @retrying
     async def delete_expired(self, collection: str, now: float) -> int:
         self._require_search()
         total = 0
@@ -237,6 +248,7 @@ class RedisBackend(Backend):
             total += int(await self._call("DEL", *(collection_prefix(collection) + i for i in ids)))
 
     # -- reads ----------------------------------------------------------------------------------
+    @retrying
     async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
         self._require_search()
         prefix = collection_prefix(collection)
@@ -262,6 +274,7 @@ class RedisBackend(Backend):
         prefix = collection_prefix(collection)
         return [key[len(prefix) :] for key, _, _ in _results(reply)]
 
+    @retrying
     async def scan(
         self,
         collection: str,
@@ -279,6 +292,7 @@ class RedisBackend(Backend):
         records = await self.get(collection, ids)
         return Page(records=records, next_cursor=str(offset + limit) if len(ids) == limit else None)
 
+    @retrying
     async def query(self, collection: str, query: Query) -> list[Hit]:
         self._require_search()
         exists, dim = await self._dim(collection)
@@ -358,15 +372,18 @@ class RedisBackend(Backend):
     def _kv_key(namespace: str, key: str) -> bytes:
         return b"memkit:kv:" + namespace.encode() + b"\x00" + key.encode()
 
+    @retrying
     async def kv_get(self, namespace: str, key: str) -> bytes | None:
         value = await self._call("GET", self._kv_key(namespace, key))
         return None if value is None else bytes(value)
 
+    @retrying
     async def kv_set(self, namespace: str, key: str, value: bytes, ttl_s: float | None = None) -> None:
         args: list[Any] = ["SET", self._kv_key(namespace, key), bytes(value)]
         if ttl_s is not None:
             args += ["PX", str(max(1, int(ttl_s * 1000)))]
         await self._call(*args)
 
+    @retrying
     async def kv_delete(self, namespace: str, key: str) -> bool:
         return bool(await self._call("DEL", self._kv_key(namespace, key)))
