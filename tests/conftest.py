@@ -31,7 +31,7 @@ def local_embedder() -> AsyncIterator[object]:
 
 @pytest.fixture(scope="session")
 def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from tests.servers import postgres_server
+    from memkit.testing.servers import postgres_server
 
     with postgres_server(tmp_path_factory.mktemp("postgres")) as url:
         yield url
@@ -39,7 +39,7 @@ def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from tests.servers import redis_server
+    from memkit.testing.servers import redis_server
 
     with redis_server(tmp_path_factory.mktemp("redis-stack"), modules=True) as url:
         yield url
@@ -47,7 +47,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def redis_plain_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from tests.servers import redis_server
+    from memkit.testing.servers import redis_server
 
     with redis_server(tmp_path_factory.mktemp("redis-plain"), modules=False) as url:
         yield url

