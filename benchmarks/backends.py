@@ -38,7 +38,10 @@ from memkit.backend import Backend, Query, Record, Scope, Weights
 
 DIM = 384
 USERS = 100
-WORDS = ["alpha", "beta", "gamma", "delta", "coffee", "travel", "hiking", "museum", "invoice", "meeting", "garden", "piano", "doctor", "birthday", "flight", "hotel", "budget", "deadline", "recipe", "concert"]  # fmt: skip
+WORDS = (
+    "alpha", "beta", "gamma", "delta", "coffee", "travel", "hiking", "museum", "invoice", "meeting", "garden",
+    "piano", "doctor", "birthday", "flight", "hotel", "budget", "deadline", "recipe", "concert",
+)  # fmt: skip
 REFERENCE = Weights(similarity=0.5, lexical=0.0, recency=0.2, importance=0.3)
 
 
