@@ -8,7 +8,6 @@ nothing raises but a memkit error.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
@@ -42,21 +41,26 @@ filters = st.dictionaries(
 queries = st.lists(st.tuples(users, text, filters), min_size=1, max_size=4)
 
 
-@pytest.fixture
-async def backend(store_url: str) -> AsyncIterator[Backend]:
-    async with open_backend(store_url) as opened:
-        yield opened
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(memories=memories, queries=queries, data=st.data())
 async def test_no_cross_user_results(
-    backend: Backend,
+    store_url: str,
     memories: list[tuple[str, str, int]],
     queries: list[tuple[str, str, dict[str, FilterValue]]],
     data: st.DataObject,
 ) -> None:
     collection = f"iso{data.draw(st.integers(0, 10**9))}"
+    # Opened per example: hypothesis examples and anyio's fixture runner do not mix reliably.
+    async with open_backend(store_url) as backend:
+        await check_isolation(backend, collection, memories, queries)
+
+
+async def check_isolation(
+    backend: Backend,
+    collection: str,
+    memories: list[tuple[str, str, int]],
+    queries: list[tuple[str, str, dict[str, FilterValue]]],
+) -> None:
     await backend.ensure_collection(collection, DIM)
     records = [
         Record(id=f"{user}:{i}:{content[:8]}", scope=Scope(user_id=user), body=content.encode(), text=content,

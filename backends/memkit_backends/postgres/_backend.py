@@ -20,7 +20,7 @@ import numpy as np
 from memkit.backend import Backend, Capabilities, FilterValue, Hit, Page, Query, Record, Scope, StorageURL
 from memkit.errors import BackendError, BackendUnavailableError, DimensionMismatchError, InvalidURLError
 from memkit.text import tokenize
-from memkit_backends._rerank import Candidates
+from memkit_backends._rerank import Candidate, Candidates
 from memkit_backends._retry import retrying
 from memkit_backends.postgres._sql import (
     RECORD_COLUMNS,
@@ -66,6 +66,10 @@ def _record(row: Mapping[str, Any]) -> Record:
         expires_at=row["expires_at"],
         fields=json.loads(row["fields"]),
     )
+
+
+def _candidate(row: Mapping[str, Any]) -> Candidate:
+    return Candidate(float(row["sim"]), float(row["importance"]), float(row["ts"]), row["expires_at"])
 
 
 class PostgresBackend(Backend):
@@ -286,80 +290,86 @@ class PostgresBackend(Backend):
             if not exists:
                 return []
             if query.vector is not None and dim is not None and int(query.vector.shape[0]) != dim:
-                raise DimensionMismatchError(
-                    f"query vector has {query.vector.shape[0]} dimensions; collection has {dim}"
-                )
+                have = query.vector.shape[0]
+                raise DimensionMismatchError(f"query vector has {have} dimensions; collection has {dim}")
             if dim is None and query.vector is not None:
                 query = msgspec.structs.replace(query, vector=None)
-            depth = max(_FIRST_DEPTH, 4 * query.k)
+            depth: int | None = max(_FIRST_DEPTH, 4 * query.k)
             while True:
                 candidates = await self._candidates(conn, collection, query, depth)
-                hits = candidates.rerank(query)
-                if candidates.is_exact(query, hits):
-                    return hits
-                if depth >= _MAX_DEPTH:
+                ranked = candidates.rank(query)
+                if depth is None or candidates.is_exact(query, ranked):
                     break
-                depth *= 4
-            # The lists could not prove the answer exact: score every row in scope.
-            candidates = await self._candidates(conn, collection, query, None)
-            return candidates.rerank(query)
+                # The lists could not prove the answer exact: go deeper, at last score every row in scope.
+                depth = depth * 4 if depth < _MAX_DEPTH else None
+            rows = await conn.fetch(f"SELECT {RECORD_COLUMNS} FROM {self._table(collection)} "
+                                    "WHERE id = ANY($1::text[])", [i for i, _ in ranked])  # fmt: skip
+        records = {row["id"]: _record(row) for row in rows}
+        return [Hit(record=records[i], scores=scores) for i, scores in ranked if i in records]
+
+    def _similarity_sql(self, where: Where, query: Query) -> str:
+        if query.vector is None:
+            return "0.0"
+        vector = where.bind(_vector_text(query.vector))
+        return f"coalesce(1 - (embedding <=> {vector}::{self._vector_type}), 0.0)"
 
     async def _candidates(self, conn: Any, collection: str, query: Query, depth: int | None) -> Candidates:
         table = self._table(collection)
         base = Where().scope(None if query.all_scopes else query.scope).filters(query.filters).alive(query.now)
         if query.min_importance > 0:
             base.add(f"importance >= {base.bind(query.min_importance)}")
-        candidates = Candidates(depth=depth or 0)
-        ids: set[str] = set()
+        candidates = Candidates()
         if depth is None:
-            rows = await conn.fetch(f"SELECT id FROM {table} WHERE {base.sql()}", *base.params)
-            ids.update(row["id"] for row in rows)
+            where = Where(list(base.clauses), list(base.params))
+            sim = self._similarity_sql(where, query)
+            rows = await conn.fetch(f"SELECT id, {sim} AS sim, importance, ts, expires_at FROM {table} "
+                                    f"WHERE {where.sql()}", *where.params)  # fmt: skip
+            candidates.rows.update({row["id"]: _candidate(row) for row in rows})
         elif query.vector is not None:
-            ids.update(await self._similar(conn, table, base, query, depth=depth, candidates=candidates))
+            await self._similar(conn, table, base, query, depth=depth, candidates=candidates)
         tokens = sorted(set(tokenize(query.text or "")))
         if tokens:
-            ids.update(await self._lexical(conn, table, base, tokens, depth=depth, candidates=candidates))
-        if ids:
-            rows = await conn.fetch(f"SELECT {RECORD_COLUMNS} FROM {table} WHERE id = ANY($1::text[])", list(ids))
-            candidates.records = {row["id"]: _record(row) for row in rows}
+            await self._lexical(conn, table, base, query, tokens, depth=depth, candidates=candidates)
         return candidates
 
     async def _similar(
         self, conn: Any, table: str, base: Where, query: Query, *, depth: int, candidates: Candidates
-    ) -> list[str]:
+    ) -> None:
         where = Where(list(base.clauses), list(base.params))
         where.add("embedding IS NOT NULL")
-        vector = where.bind(_vector_text(query.vector))
+        vector = f"{where.bind(_vector_text(query.vector))}::{self._vector_type}"
         sql = (
-            f"SELECT id, 1 - (embedding <=> {vector}::{self._vector_type}) AS sim FROM {table} "
-            f"WHERE {where.sql()} ORDER BY embedding <=> {vector}::{self._vector_type} LIMIT {where.bind(depth)}"
+            f"SELECT id, 1 - (embedding <=> {vector}) AS sim, importance, ts, expires_at FROM {table} "
+            f"WHERE {where.sql()} ORDER BY embedding <=> {vector} LIMIT {where.bind(depth)}"
         )
         async with conn.transaction():
             # pgvector 0.8: keep scanning the HNSW graph until enough rows pass the filters.
             await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
             await conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(depth, 40), 1000)}")
             rows = await conn.fetch(sql, *where.params)
+        candidates.rows.update({row["id"]: _candidate(row) for row in rows})
         if len(rows) == depth:
             candidates.similarity_floor = float(rows[-1]["sim"])
-        return [row["id"] for row in rows]
 
     async def _lexical(
-        self, conn: Any, table: str, base: Where, tokens: list[str], *, depth: int | None, candidates: Candidates
-    ) -> list[str]:
+        self, conn: Any, table: str, base: Where, query: Query, tokens: list[str], *, depth: int | None,
+        candidates: Candidates,
+    ) -> None:  # fmt: skip
         where = Where(list(base.clauses), list(base.params))
         # Tokens are word characters only, so joining them with '|' cannot inject tsquery syntax.
         tsquery = where.bind(" | ".join(tokens))
         where.add(f"tsv @@ to_tsquery('simple', {tsquery})")
+        sim = self._similarity_sql(where, query)
         limit = f" LIMIT {where.bind(depth)}" if depth is not None else ""
         sql = (
-            f"SELECT id, ts_rank(tsv, to_tsquery('simple', {tsquery})) AS lex FROM {table} "
-            f"WHERE {where.sql()} ORDER BY lex DESC, id{limit}"
+            f"SELECT id, ts_rank(tsv, to_tsquery('simple', {tsquery})) AS lex, {sim} AS sim, importance, ts, "
+            f"expires_at FROM {table} WHERE {where.sql()} ORDER BY lex DESC, id{limit}"
         )
         rows = await conn.fetch(sql, *where.params)
         candidates.lexical.update({row["id"]: float(row["lex"]) for row in rows})
+        candidates.rows.update({row["id"]: _candidate(row) for row in rows})
         if depth is not None and len(rows) == depth:
             candidates.lexical_floor = float(rows[-1]["lex"])
-        return [row["id"] for row in rows]
 
     # -- key-value ------------------------------------------------------------------------------
     @retrying

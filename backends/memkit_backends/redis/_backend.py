@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
+import msgspec
 import numpy as np
 import redis.asyncio as aioredis
 from redis.backoff import ExponentialBackoff
@@ -29,7 +30,7 @@ from memkit.errors import (
     DimensionMismatchError,
 )
 from memkit.text import tokenize
-from memkit_backends._rerank import Candidates
+from memkit_backends._rerank import Candidate, Candidates
 from memkit_backends._retry import retrying
 from memkit_backends.redis._keys import (
     NONE_EXPIRY,
@@ -300,17 +301,18 @@ class RedisBackend(Backend):
             return []
         if query.vector is not None and dim is not None and int(query.vector.shape[0]) != dim:
             raise DimensionMismatchError(f"query vector has {query.vector.shape[0]} dimensions; collection has {dim}")
-        depth = max(_FIRST_DEPTH, 4 * query.k)
+        if dim is None:
+            query = msgspec.structs.replace(query, vector=None)
+        depth: int | None = max(_FIRST_DEPTH, 4 * query.k)
         while True:
-            candidates = await self._candidates(collection, query, depth, dim)
-            hits = candidates.rerank(query)
-            if candidates.is_exact(query, hits) or depth >= _MAX_DEPTH:
+            candidates = await self._candidates(collection, query, depth)
+            ranked = candidates.rank(query)
+            if depth is None or candidates.is_exact(query, ranked):
                 break
-            depth *= 4
-        if not candidates.is_exact(query, hits):
-            candidates = await self._candidates(collection, query, None, dim)
-            hits = candidates.rerank(query)
-        return hits
+            # The lists could not prove the answer exact: go deeper, at last score every row in scope.
+            depth = depth * 4 if depth < _MAX_DEPTH else None
+        records = {r.id: r for r in await self.get(collection, [i for i, _ in ranked])}
+        return [Hit(record=records[i], scores=scores) for i, scores in ranked if i in records]
 
     def _prefilter(self, query: Query) -> str:
         clauses = query_clauses(None if query.all_scopes else query.scope, query.filters, query.now)
@@ -318,54 +320,80 @@ class RedisBackend(Backend):
             clauses.append(f"@imp:[{query.min_importance!r} +inf]")
         return " ".join(clauses) or "*"
 
-    async def _candidates(self, collection: str, query: Query, depth: int | None, dim: int | None) -> Candidates:
-        candidates = Candidates(depth=depth or 0)
+    async def _candidates(self, collection: str, query: Query, depth: int | None) -> Candidates:
+        candidates = Candidates()
         prefilter = self._prefilter(query)
-        ids: set[str] = set()
         if depth is None:
-            ids.update(await self._search_ids(collection, prefilter, _FULL_SCAN))
-        elif query.vector is not None and dim is not None:
-            ids.update(await self._similar(collection, prefilter, query.vector, depth, candidates))
+            reply = await self._call("FT.SEARCH", index_name(collection), prefilter, "RETURN", "3", "imp", "ts",
+                                     "exp", "LIMIT", "0", str(_FULL_SCAN), "DIALECT", "2")  # fmt: skip
+            await self._add_rows(collection, query, candidates, _results(reply))
+        elif query.vector is not None:
+            await self._similar(collection, prefilter, query, depth, candidates)
         tokens = sorted(set(tokenize(query.text or "")))
         if tokens:
-            ids.update(await self._lexical(collection, prefilter, tokens, depth, candidates))
-        candidates.records = {r.id: r for r in await self.get(collection, sorted(ids))}
+            await self._lexical(collection, prefilter, query, tokens, depth=depth, candidates=candidates)
         return candidates
 
-    async def _similar(
-        self, collection: str, prefilter: str, vector: Any, depth: int, candidates: Candidates
-    ) -> list[str]:
-        blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+    async def _add_rows(
+        self, collection: str, query: Query, candidates: Candidates,
+        results: list[tuple[str, float, dict[bytes, Any]]], similarities: dict[str, float] | None = None,
+    ) -> None:  # fmt: skip
+        """Candidates from search results; similarities the search did not give are computed here."""
+        prefix = collection_prefix(collection)
+        ids = [key[len(prefix) :] for key, _, _ in results]
+        known = dict(similarities or {})
+        missing = [i for i in ids if i not in known and i not in candidates.rows]
+        if missing and query.vector is not None:
+            blobs = await self._vectors(prefix, missing)
+            for record_id, blob in zip(missing, blobs, strict=True):
+                known[record_id] = float(np.frombuffer(blob, np.float32) @ query.vector) if blob else 0.0
+        for record_id, (_, _, values) in zip(ids, results, strict=True):
+            if record_id in candidates.rows:
+                continue
+            expires = float(values[b"exp"])
+            candidates.rows[record_id] = Candidate(
+                similarity=known.get(record_id, 0.0),
+                importance=float(values[b"imp"]),
+                timestamp=float(values[b"ts"]),
+                expires_at=None if expires >= NONE_EXPIRY else expires,
+            )
+
+    async def _vectors(self, prefix: str, ids: list[str]) -> list[bytes | None]:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for record_id in ids:
+                pipe.hget(prefix + record_id, "emb")
+            return list(await pipe.execute())
+
+    async def _similar(self, collection: str, prefilter: str, query: Query, depth: int, candidates: Candidates) -> None:
+        blob = np.ascontiguousarray(query.vector, dtype=np.float32).tobytes()
         knn = f"({prefilter})=>[KNN {depth} @emb $vec EF_RUNTIME {max(depth, 10)} AS dist]"
         reply = await self._call("FT.SEARCH", index_name(collection), knn, "PARAMS", "2", "vec", blob,
-                                 "SORTBY", "dist", "ASC", "RETURN", "1", "dist", "LIMIT", "0", str(depth),
-                                 "DIALECT", "2")  # fmt: skip
+                                 "SORTBY", "dist", "ASC", "RETURN", "4", "dist", "imp", "ts", "exp",
+                                 "LIMIT", "0", str(depth), "DIALECT", "2")  # fmt: skip
+        results = _results(reply)
         prefix = collection_prefix(collection)
-        ids, distances = [], []
-        for key, _, values in _results(reply):
-            ids.append(key[len(prefix) :])
-            distances.append(float(values[b"dist"]))
-        if len(ids) == depth:
-            candidates.similarity_floor = 1.0 - distances[-1]
-        return ids
+        similarities = {key[len(prefix) :]: 1.0 - float(values[b"dist"]) for key, _, values in results}
+        await self._add_rows(collection, query, candidates, results, similarities)
+        if len(results) == depth:
+            candidates.similarity_floor = min(similarities.values())
 
     async def _lexical(
-        self, collection: str, prefilter: str, tokens: list[str], depth: int | None, candidates: Candidates
-    ) -> list[str]:
+        self, collection: str, prefilter: str, query: Query, tokens: list[str], *, depth: int | None,
+        candidates: Candidates,
+    ) -> None:  # fmt: skip
         # Tokens are word characters only; braces-free, so they cannot change the query's structure.
         text = "@tokens:(" + "|".join(tokens) + ")"
-        query = text if prefilter == "*" else f"{text} {prefilter}"
+        search = text if prefilter == "*" else f"{text} {prefilter}"
         limit = depth if depth is not None else _FULL_SCAN
-        reply = await self._call("FT.SEARCH", index_name(collection), query, "WITHSCORES", "SCORER", "BM25",
-                                 "NOCONTENT", "LIMIT", "0", str(limit), "DIALECT", "2")  # fmt: skip
-        prefix = collection_prefix(collection)
+        reply = await self._call("FT.SEARCH", index_name(collection), search, "WITHSCORES", "SCORER", "BM25",
+                                 "RETURN", "3", "imp", "ts", "exp", "LIMIT", "0", str(limit),
+                                 "DIALECT", "2")  # fmt: skip
         results = _results(reply, with_scores=True)
-        ids = [key[len(prefix) :] for key, _, _ in results]
-        scores = [score for _, score, _ in results]
-        candidates.lexical.update(zip(ids, scores, strict=True))
-        if depth is not None and len(ids) == depth:
-            candidates.lexical_floor = min(scores)
-        return ids
+        prefix = collection_prefix(collection)
+        candidates.lexical.update({key[len(prefix) :]: score for key, score, _ in results})
+        await self._add_rows(collection, query, candidates, results)
+        if depth is not None and len(results) == depth:
+            candidates.lexical_floor = min(score for _, score, _ in results)
 
     # -- key-value ------------------------------------------------------------------------------
     @staticmethod
