@@ -4,7 +4,8 @@
 
 For each available backend (memory, sqlite, redis, postgres), in one run:
 
-- ingest_per_s: pre-embedded memories (dim 384, 100 users, a few words of text each) written
+- ingest_per_s: pre-embedded memories (dim 384, 100 users, 8 words each from a Zipf-distributed
+  vocabulary of 5,000 pseudo-words) written
   in batches of 1,000 through the backend contract, at 10k and 100k.
 - recall_p50_ms / recall_p95_ms: one user's top-10 by the default hybrid score (vector + text),
   query embedding excluded.
@@ -38,23 +39,29 @@ from memkit.backend import Backend, Query, Record, Scope, Weights
 
 DIM = 384
 USERS = 100
-WORDS = (
-    "alpha", "beta", "gamma", "delta", "coffee", "travel", "hiking", "museum", "invoice", "meeting", "garden",
-    "piano", "doctor", "birthday", "flight", "hotel", "budget", "deadline", "recipe", "concert",
-)  # fmt: skip
 REFERENCE = Weights(similarity=0.5, lexical=0.0, recency=0.2, importance=0.3)
+
+
+def vocabulary(size: int = 5_000) -> np.ndarray:
+    """Pseudo-words drawn Zipf-like (a few common, most rare), as words are in real notes."""
+    rng = np.random.default_rng(99)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    return np.array(["".join(rng.choice(letters, int(rng.integers(4, 9)))) for _ in range(size)])
 
 
 def synthetic_records(n: int, seed: int = 0) -> list[Record]:
     rng = np.random.default_rng(seed)
+    vocab = vocabulary()
+    weights = 1.0 / np.arange(1, len(vocab) + 1)
+    weights /= weights.sum()
     centres = rng.standard_normal((200, DIM)).astype(np.float32)
     vectors = centres[rng.integers(0, 200, n)] + 0.8 * rng.standard_normal((n, DIM)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     now = time.time()
-    words = np.array(WORDS)
+    words = vocab[rng.choice(len(vocab), size=(n, 8), p=weights)]
     return [
         Record(id=f"m{i:07d}", scope=Scope(user_id=f"user{i % USERS}"), body=b"x" * 64,
-               text=" ".join(words[rng.integers(0, len(WORDS), 6)]), vector=vectors[i],
+               text=" ".join(words[i]), vector=vectors[i],
                importance=float(rng.random()), timestamp=now - float(rng.random()) * 90 * 86400,
                fields={"kind": "fact"})
         for i in range(n)
@@ -81,11 +88,12 @@ async def latencies(backend: Backend, collection: str, records: list[Record], n_
     return times
 
 
-async def overlap(backend: Backend, exact: Backend, locomo: tuple[list[Record], list[Query]] | None) -> float | None:
+async def overlap(
+    backend: Backend, exact: Backend, locomo: tuple[list[Record], list[Query]] | None, collection: str
+) -> float | None:
     if locomo is None:
         return None
     records, queries = locomo
-    collection = "overlap"
     for store in (backend, exact):
         await ingest(store, collection, records)
     shares = []
@@ -130,7 +138,10 @@ def server_urls(args: argparse.Namespace, stack: ExitStack, tmp: Path) -> dict[s
 
         urls["redis"] = redis_url or stack.enter_context(redis_server(tmp / "redis", modules=True))
         postgres = postgres_url or stack.enter_context(postgres_server(tmp / "pg"))
-        urls["postgres"] = postgres + ("&" if "?" in postgres else "?") + f"schema=b_{uuid.uuid4().hex[:8]}"
+        postgres += ("&" if "?" in postgres else "?") + f"schema=b_{uuid.uuid4().hex[:8]}"
+        urls["postgres"] = postgres
+        urls["postgres-noindex"] = postgres.replace("schema=b_", "index=none&schema=c_")
+        urls["redis-flat"] = urls["redis"] + "?index=flat"
     except ImportError as exc:
         print(f"servers unavailable ({exc}); install the dev extra or pass --redis-url / --postgres-url")
     return urls
@@ -139,10 +150,11 @@ def server_urls(args: argparse.Namespace, stack: ExitStack, tmp: Path) -> dict[s
 async def bench_backend(name: str, url: str, sizes: list[int], locomo: Any, progress: tqdm) -> list[dict[str, Any]]:  # type: ignore[type-arg]
     rows = []
     async with open_backend(url) as backend, open_backend("memory://") as exact:
-        share = await overlap(backend, exact, locomo)
+        # Collections named per backend: two configurations may share one server.
+        share = await overlap(backend, exact, locomo, f"overlap-{name}")
         for n in sizes:
             records = synthetic_records(n)
-            collection = f"bench{n}"
+            collection = f"bench{n}-{name}"
             rate = await ingest(backend, collection, records)
             times = await latencies(backend, collection, records, 200)
             rows.append({"backend": name, "n": n, "ingest_per_s": rate,
@@ -171,7 +183,7 @@ def main() -> None:
     parser.add_argument("--json", dest="json_path", help="write the rows as JSON here")
     parser.add_argument("--data", help="LoCoMo JSON for overlap_at_10 (or MEMKIT_LOCOMO_PATH)")
     parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--backends", default="memory,sqlite,redis,postgres")
+    parser.add_argument("--backends", default="memory,sqlite,redis,redis-flat,postgres,postgres-noindex")
     parser.add_argument("--redis-url")
     parser.add_argument("--postgres-url")
     anyio.run(amain, parser.parse_args())

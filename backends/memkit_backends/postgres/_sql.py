@@ -65,14 +65,16 @@ def collection_ddl(schema: str, table: str) -> list[str]:
     ]
 
 
-def vector_ddl(schema: str, table: str, dim: int, vector_type: str) -> list[str]:
+def vector_ddl(schema: str, table: str, dim: int, vector_type: str, *, hnsw: bool = True) -> list[str]:
     qualified = f'"{schema}"."{table}"'
     ops = "halfvec_cosine_ops" if vector_type == "halfvec" else "vector_cosine_ops"
-    return [
+    statements = [
         f"ALTER TABLE {qualified} ALTER COLUMN embedding TYPE {vector_type}({dim}) "
         f"USING embedding::{vector_type}({dim})",
-        f'CREATE INDEX IF NOT EXISTS "{table}_hnsw" ON {qualified} USING hnsw (embedding {ops})',
     ]
+    if hnsw:
+        statements.append(f'CREATE INDEX IF NOT EXISTS "{table}_hnsw" ON {qualified} USING hnsw (embedding {ops})')
+    return statements
 
 
 @dataclass

@@ -3,7 +3,8 @@
 Needs Redis 8 or Redis Stack (the search module) for records; on a plain Redis the key-value face
 works and record calls raise ``CapabilityError``. URL options: ``connect_timeout`` (seconds, 5: also
 bounds ``open()``), ``retries`` (6: how often an operation is retried, with exponential backoff,
-after a lost connection).
+after a lost connection), ``index=hnsw|flat`` (``flat``: exact brute-force KNN, no graph to maintain on
+insert).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from memkit.errors import (
     BackendUnavailableError,
     CapabilityError,
     DimensionMismatchError,
+    InvalidURLError,
 )
 from memkit.text import tokenize
 from memkit_backends._rerank import Candidate, Candidates
@@ -134,6 +136,9 @@ class RedisBackend(Backend):
         )  # fmt: skip
         self._dims: dict[str, int | None] = {}
         self._has_search = False
+        self._index = url.options.get("index", "hnsw").upper()
+        if self._index not in {"HNSW", "FLAT"}:
+            raise InvalidURLError(f"index={self._index.lower()!r}: use hnsw or flat")
 
     async def open(self) -> None:
         try:
@@ -194,7 +199,7 @@ class RedisBackend(Backend):
             "rid", "TEXT", "NOINDEX", "SORTABLE", "u", "TAG", "a", "TAG", "s", "TAG", "flt", "TAG",
             "tokens", "TEXT", "NOSTEM", "imp", "NUMERIC", "ts", "NUMERIC", "exp", "NUMERIC",
         ]  # fmt: skip
-        vector = ["emb", "VECTOR", "HNSW", "6", "TYPE", "FLOAT32", "DIM", str(dim), "DISTANCE_METRIC", "COSINE"]
+        vector = ["emb", "VECTOR", self._index, "6", "TYPE", "FLOAT32", "DIM", str(dim), "DISTANCE_METRIC", "COSINE"]
         if dim is not None:
             schema += vector
         if exists:  # created before its dimension was known: add the vector field now
