@@ -51,3 +51,19 @@ class TestPlainRedisKeyValue(KeyValueConformance):
         assert not backend.capabilities.vector_search and not backend.capabilities.text_search
         with pytest.raises(CapabilityError, match="Redis 8 or Redis Stack"):
             await backend.upsert("c", [make_record("r", seed=1)])
+
+
+class TestRedisFlatIndex(BackendConformance):
+    @pytest.fixture
+    async def backend(self, redis_url: str) -> AsyncIterator[Backend]:
+        async with open_backend(with_option(redis_url, "index", "flat")) as backend:
+            await backend._client.flushdb()  # type: ignore[attr-defined]
+            yield backend
+
+
+class TestPostgresWithoutIndex(BackendConformance):
+    @pytest.fixture
+    async def backend(self, postgres_url: str) -> AsyncIterator[Backend]:
+        url = with_option(with_option(postgres_url, "schema", f"t_{uuid.uuid4().hex[:12]}"), "index", "none")
+        async with open_backend(url) as backend:
+            yield backend

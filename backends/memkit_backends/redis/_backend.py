@@ -371,7 +371,8 @@ class RedisBackend(Backend):
 
     async def _similar(self, collection: str, prefilter: str, query: Query, depth: int, candidates: Candidates) -> None:
         blob = np.ascontiguousarray(query.vector, dtype=np.float32).tobytes()
-        knn = f"({prefilter})=>[KNN {depth} @emb $vec EF_RUNTIME {max(depth, 10)} AS dist]"
+        ef = f" EF_RUNTIME {max(depth, 10)}" if self._index == "HNSW" else ""
+        knn = f"({prefilter})=>[KNN {depth} @emb $vec{ef} AS dist]"
         reply = await self._call("FT.SEARCH", index_name(collection), knn, "PARAMS", "2", "vec", blob,
                                  "SORTBY", "dist", "ASC", "RETURN", "4", "dist", "imp", "ts", "exp",
                                  "LIMIT", "0", str(depth), "DIALECT", "2")  # fmt: skip
