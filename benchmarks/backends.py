@@ -124,8 +124,9 @@ async def locomo_set(path: str | None) -> tuple[list[Record], list[Query]] | Non
         as_of = conv.sessions[-1].at.timestamp()
         question_vectors = await embedder.embed([q.text for q in conv.questions[:40]])
         for i, v in enumerate(question_vectors):
-            scope = Scope(user_id=conv.sample_id)
-            queries.append(Query(scope=scope, all_scopes=i % 4 == 0, vector=v, k=10, now=as_of, weights=REFERENCE))
+            everyone = i % 4 == 0  # a quarter of the queries search every conversation at once
+            scope = Scope() if everyone else Scope(user_id=conv.sample_id)
+            queries.append(Query(scope=scope, all_scopes=everyone, vector=v, k=10, now=as_of, weights=REFERENCE))
     return records, queries
 
 

@@ -86,7 +86,9 @@ class Weights(msgspec.Struct, frozen=True, kw_only=True):
 
 class Query(msgspec.Struct, frozen=True, kw_only=True):
     scope: Scope
+    """Applied in the store always: every id set here must match."""
     all_scopes: bool = False
+    """The caller opted in to a scope with no user or agent id; it never widens ``scope``."""
     vector: Any = None
     text: str | None = None
     filters: Mapping[str, FilterValue] = msgspec.field(default_factory=dict)

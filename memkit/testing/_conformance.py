@@ -143,6 +143,11 @@ class BackendConformance(KeyValueConformance):
         assert await backend.delete(COLLECTION, ["b1"], alice) == 0
         assert [r.id for r in (await backend.scan(COLLECTION, alice)).records] == ["a1"]
         assert await backend.query(COLLECTION, query(Scope(user_id="mallory"), vector=unit(1), k=10)) == []
+        # Opting in to cross-scope search never widens a scope that names a user.
+        widened = await backend.query(COLLECTION, query(alice, all_scopes=True, vector=unit(1), k=10))
+        assert [h.record.id for h in widened] == ["a1"]
+        everyone = await backend.query(COLLECTION, query(Scope(), all_scopes=True, vector=unit(1), k=10))
+        assert sorted(h.record.id for h in everyone) == ["a1", "b1"]
 
     async def test_scope_components(self, backend: Backend) -> None:
         await backend.ensure_collection(COLLECTION, DIM)

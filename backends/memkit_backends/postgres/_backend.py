@@ -320,7 +320,7 @@ class PostgresBackend(Backend):
 
     async def _candidates(self, conn: Any, collection: str, query: Query, depth: int | None) -> Candidates:
         table = self._table(collection)
-        base = Where().scope(None if query.all_scopes else query.scope).filters(query.filters).alive(query.now)
+        base = Where().scope(query.scope).filters(query.filters).alive(query.now)
         if query.min_importance > 0:
             base.add(f"importance >= {base.bind(query.min_importance)}")
         candidates = Candidates()

@@ -320,7 +320,7 @@ class RedisBackend(Backend):
         return [Hit(record=records[i], scores=scores) for i, scores in ranked if i in records]
 
     def _prefilter(self, query: Query) -> str:
-        clauses = query_clauses(None if query.all_scopes else query.scope, query.filters, query.now)
+        clauses = query_clauses(query.scope, query.filters, query.now)
         if query.min_importance > 0:
             clauses.append(f"@imp:[{query.min_importance!r} +inf]")
         return " ".join(clauses) or "*"
