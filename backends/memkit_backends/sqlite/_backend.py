@@ -25,7 +25,14 @@ from memkit.errors import BackendError, BackendUnavailableError, InvalidURLError
 from memkit.text import tokenize
 from memkit_backends._columnar import ColumnarCollection
 from memkit_backends._options import storage_dtype
-from memkit_backends.sqlite._schema import RECORD_COLUMNS, create_schema, fts_tokens, record_from_row, record_params
+from memkit_backends.sqlite._schema import (
+    RECORD_COLUMNS,
+    create_schema,
+    fts_tokens,
+    record_from_row,
+    record_params,
+    scope_tokens,
+)
 
 __all__ = ["SQLiteBackend"]
 
@@ -193,7 +200,7 @@ class SQLiteBackend(Backend):
                     [record_params(collection, record, first + i) for i, record in enumerate(records)],
                 )
                 rowids = dict(conn.execute("SELECT id, rowid FROM memkit_records WHERE seq >= ?", (first,)))
-                self._index_text(conn, [(rowids[r.id], fts_tokens(r)) for r in records])
+                self._index_text(conn, [(rowids[r.id], fts_tokens(r), scope_tokens(r.scope)) for r in records])
                 dim = cache.dim or next((int(r.vector.shape[0]) for r in records if r.vector is not None), None)
                 conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (collection, dim))
                 conn.execute("UPDATE memkit_collections SET dim = ? WHERE name = ? AND dim IS NULL", (dim, collection))
@@ -204,11 +211,11 @@ class SQLiteBackend(Backend):
         await self._run(work)
 
     @staticmethod
-    def _index_text(conn: sqlite3.Connection, rows: list[tuple[int, str | None]]) -> None:
-        conn.executemany("DELETE FROM memkit_records_fts WHERE rowid = ?", [(rowid,) for rowid, _ in rows])
+    def _index_text(conn: sqlite3.Connection, rows: list[tuple[int, str | None, str]]) -> None:
+        conn.executemany("DELETE FROM memkit_records_fts WHERE rowid = ?", [(rowid,) for rowid, _, _ in rows])
         conn.executemany(
-            "INSERT INTO memkit_records_fts (rowid, tokens) VALUES (?, ?)",
-            [(rowid, tokens) for rowid, tokens in rows if tokens],
+            "INSERT INTO memkit_records_fts (rowid, tokens, scope) VALUES (?, ?, ?)",
+            [row for row in rows if row[1]],
         )
 
     async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
@@ -260,11 +267,15 @@ class SQLiteBackend(Backend):
         if not tokens:
             return {}
         # Tokens are plain word characters; quoting each makes FTS5 read it as a term, never as syntax.
-        match = " OR ".join(f'"{token}"' for token in tokens)
+        # The scope's terms are ANDed in, so FTS5 intersects posting lists instead of scoring every
+        # match of every user; the scope column has weight 0 in bm25, so scores are unchanged.
+        match = "tokens : (" + " OR ".join(f'"{token}"' for token in tokens) + ")"
+        for term in scope_tokens(query.scope).split():
+            match += f' AND scope : "{term}"'
         sql = [
             # CROSS JOIN fixes the loop order: one full-text search, then a rowid lookup per match
             # (the planner otherwise runs one full-text search per record in scope).
-            "SELECT r.id, -bm25(memkit_records_fts) FROM memkit_records_fts "
+            "SELECT r.id, -bm25(memkit_records_fts, 1.0, 0.0) FROM memkit_records_fts "
             "CROSS JOIN memkit_records r ON r.rowid = memkit_records_fts.rowid "
             "WHERE memkit_records_fts MATCH ? AND r.collection = ? AND (r.expires_at IS NULL OR r.expires_at > ?)"
         ]

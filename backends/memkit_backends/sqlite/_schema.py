@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from typing import Any, Final
 
@@ -12,9 +13,17 @@ from memkit.backend import FieldValue, Record, Scope
 from memkit.errors import CorruptDataError
 from memkit.text import tokenize
 
-__all__ = ["RECORD_COLUMNS", "SCHEMA_VERSION", "create_schema", "record_from_row", "record_params"]
+__all__ = [
+    "RECORD_COLUMNS",
+    "SCHEMA_VERSION",
+    "create_schema",
+    "fts_tokens",
+    "record_from_row",
+    "record_params",
+    "scope_tokens",
+]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 _DDL: Final = """
 CREATE TABLE IF NOT EXISTS memkit_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -41,7 +50,7 @@ CREATE INDEX IF NOT EXISTS memkit_records_scope ON memkit_records (collection, u
 CREATE INDEX IF NOT EXISTS memkit_records_expiry ON memkit_records (collection, expires_at)
     WHERE expires_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS memkit_deletions (seq INTEGER PRIMARY KEY, collection TEXT NOT NULL, id TEXT NOT NULL);
-CREATE VIRTUAL TABLE IF NOT EXISTS memkit_records_fts USING fts5 (tokens, tokenize = 'unicode61');
+CREATE VIRTUAL TABLE IF NOT EXISTS memkit_records_fts USING fts5 (tokens, scope, tokenize = 'unicode61');
 CREATE TABLE IF NOT EXISTS memkit_kv (
     namespace TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, expires_at REAL,
     PRIMARY KEY (namespace, key)
@@ -64,10 +73,33 @@ def create_schema(conn: sqlite3.Connection) -> None:
     ).fetchone()[0]
     if version is not None and version > SCHEMA_VERSION:
         raise CorruptDataError(f"this file was written by a newer memkit (schema {version}); upgrade memkit")
+    if version == 1:
+        conn.execute("DROP TABLE memkit_records_fts")  # v2 adds the scope column; rebuilt below
     # Statement by statement: executescript() would commit the caller's transaction.
     for statement in _DDL.format(version=SCHEMA_VERSION).split(";\n"):
         if statement.strip():
             conn.execute(statement)
+    if version == 1:
+        _rebuild_fts(conn)
+        conn.execute("UPDATE memkit_meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
+
+
+def _rebuild_fts(conn: sqlite3.Connection) -> None:
+    rows = conn.execute("SELECT rowid, text, user_id, agent_id, session_id FROM memkit_records WHERE text IS NOT NULL")
+    conn.executemany(
+        "INSERT INTO memkit_records_fts (rowid, tokens, scope) VALUES (?, ?, ?)",
+        [(rowid, " ".join(tokenize(text)), scope_tokens(Scope(user_id=u, agent_id=a, session_id=s)))
+         for rowid, text, u, a, s in rows],
+    )  # fmt: skip
+
+
+def scope_tokens(scope: Scope) -> str:
+    """Scope ids as FTS5 terms (hex, so any id is one safe token): the text search itself is scoped."""
+    return " ".join(
+        f"{prefix}{hashlib.blake2b(value.encode(), digest_size=10).hexdigest()}"
+        for prefix, value in (("u", scope.user_id), ("a", scope.agent_id), ("s", scope.session_id))
+        if value is not None
+    )
 
 
 def _has_table(conn: sqlite3.Connection, name: str) -> bool:
