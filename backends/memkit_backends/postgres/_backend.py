@@ -41,6 +41,7 @@ _OPTIONS = ("schema", "pool_min", "pool_max", "connect_timeout", "vector", "retr
 _FIRST_DEPTH = 100
 _MAX_DEPTH = 6_400
 _COPY_MIN_ROWS = 64
+_EXACT_SCOPE = 5_000
 _TRANSIENT = (
     OSError,
     asyncpg.PostgresConnectionError,
@@ -299,7 +300,9 @@ class PostgresBackend(Backend):
                 raise DimensionMismatchError(f"query vector has {have} dimensions; collection has {dim}")
             if dim is None and query.vector is not None:
                 query = msgspec.structs.replace(query, vector=None)
-            depth: int | None = max(_FIRST_DEPTH, 4 * query.k)
+            small = await self._scope_size(conn, collection, query) <= _EXACT_SCOPE
+            # A small scope (one user's memories, say) is scored whole: one cheap query, exact by construction.
+            depth: int | None = None if small else max(_FIRST_DEPTH, 4 * query.k)
             while True:
                 candidates = await self._candidates(conn, collection, query, depth)
                 ranked = candidates.rank(query)
@@ -312,6 +315,19 @@ class PostgresBackend(Backend):
         records = {row["id"]: _record(row) for row in rows}
         return [Hit(record=records[i], scores=scores) for i, scores in ranked if i in records]
 
+    def _base_where(self, query: Query) -> Where:
+        base = Where().scope(query.scope).filters(query.filters).alive(query.now)
+        if query.min_importance > 0:
+            base.add(f"importance >= {base.bind(query.min_importance)}")
+        return base
+
+    async def _scope_size(self, conn: Any, collection: str, query: Query) -> int:
+        """Rows the query may return, counted up to just past ``_EXACT_SCOPE``."""
+        base = self._base_where(query)
+        limit = base.bind(_EXACT_SCOPE + 1)
+        sql = f"SELECT count(*) FROM (SELECT 1 FROM {self._table(collection)} WHERE {base.sql()} LIMIT {limit}) s"
+        return int(await conn.fetchval(sql, *base.params))
+
     def _similarity_sql(self, where: Where, query: Query) -> str:
         if query.vector is None:
             return "0.0"
@@ -320,22 +336,30 @@ class PostgresBackend(Backend):
 
     async def _candidates(self, conn: Any, collection: str, query: Query, depth: int | None) -> Candidates:
         table = self._table(collection)
-        base = Where().scope(query.scope).filters(query.filters).alive(query.now)
-        if query.min_importance > 0:
-            base.add(f"importance >= {base.bind(query.min_importance)}")
+        base = self._base_where(query)
+        tokens = sorted(set(tokenize(query.text or "")))
         candidates = Candidates()
         if depth is None:
-            where = Where(list(base.clauses), list(base.params))
-            sim = self._similarity_sql(where, query)
-            rows = await conn.fetch(f"SELECT id, {sim} AS sim, importance, ts, expires_at FROM {table} "
-                                    f"WHERE {where.sql()}", *where.params)  # fmt: skip
-            candidates.rows.update({row["id"]: _candidate(row) for row in rows})
-        elif query.vector is not None:
+            await self._score_all(conn, table, base, query, tokens=tokens, candidates=candidates)
+            return candidates
+        if query.vector is not None:
             await self._similar(conn, table, base, query, depth=depth, candidates=candidates)
-        tokens = sorted(set(tokenize(query.text or "")))
         if tokens:
             await self._lexical(conn, table, base, query, tokens, depth=depth, candidates=candidates)
         return candidates
+
+    async def _score_all(
+        self, conn: Any, table: str, base: Where, query: Query, *, tokens: list[str], candidates: Candidates
+    ) -> None:
+        """Every row in scope with its similarity and text score, in one pass over the scope."""
+        where = Where(list(base.clauses), list(base.params))
+        sim = self._similarity_sql(where, query)
+        # Tokens are word characters only, so joining them with '|' cannot inject tsquery syntax.
+        lex = f"ts_rank(tsv, to_tsquery('simple', {where.bind(' | '.join(tokens))}))" if tokens else "0.0"
+        rows = await conn.fetch(f"SELECT id, {sim} AS sim, {lex} AS lex, importance, ts, expires_at FROM {table} "
+                                f"WHERE {where.sql()}", *where.params)  # fmt: skip
+        candidates.rows.update({row["id"]: _candidate(row) for row in rows})
+        candidates.lexical.update({row["id"]: float(row["lex"]) for row in rows if row["lex"] > 0})
 
     async def _similar(
         self, conn: Any, table: str, base: Where, query: Query, *, depth: int, candidates: Candidates

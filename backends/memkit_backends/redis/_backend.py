@@ -48,6 +48,7 @@ __all__ = ["RedisBackend"]
 _FIRST_DEPTH = 100
 _MAX_DEPTH = 6_400
 _FULL_SCAN = 10_000
+_EXACT_SCOPE = 400  # above this, parsing every row of the scope costs more than deeper candidate lists
 _NO_SEARCH = "this Redis has no search module; records need Redis 8 or Redis Stack (key-value works without it)"
 
 
@@ -308,16 +309,26 @@ class RedisBackend(Backend):
             raise DimensionMismatchError(f"query vector has {query.vector.shape[0]} dimensions; collection has {dim}")
         if dim is None:
             query = msgspec.structs.replace(query, vector=None)
-        depth: int | None = max(_FIRST_DEPTH, 4 * query.k)
+        size = await self._scope_size(collection, query)
+        if size == 0:
+            return []
+        # A small scope (one user's memories, say) is scored whole: exact by construction.
+        exhaustive = size <= _EXACT_SCOPE
+        depth: int | None = size if exhaustive else max(_FIRST_DEPTH, 4 * query.k)
         while True:
-            candidates = await self._candidates(collection, query, depth)
+            candidates = await self._candidates(collection, query, depth, exhaustive=exhaustive)
             ranked = candidates.rank(query)
-            if depth is None or candidates.is_exact(query, ranked):
+            if depth is None or depth >= size or candidates.is_exact(query, ranked):
                 break
             # The lists could not prove the answer exact: go deeper, at last score every row in scope.
             depth = depth * 4 if depth < _MAX_DEPTH else None
         records = {r.id: r for r in await self.get(collection, [i for i, _ in ranked])}
         return [Hit(record=records[i], scores=scores) for i, scores in ranked if i in records]
+
+    async def _scope_size(self, collection: str, query: Query) -> int:
+        reply = await self._call("FT.SEARCH", index_name(collection), self._prefilter(query), "NOCONTENT",
+                                 "LIMIT", "0", "0", "DIALECT", "2")  # fmt: skip
+        return int(_pairs(reply).get(b"total_results", 0)) if isinstance(reply, dict) else int(reply[0])
 
     def _prefilter(self, query: Query) -> str:
         clauses = query_clauses(query.scope, query.filters, query.now)
@@ -325,15 +336,18 @@ class RedisBackend(Backend):
             clauses.append(f"@imp:[{query.min_importance!r} +inf]")
         return " ".join(clauses) or "*"
 
-    async def _candidates(self, collection: str, query: Query, depth: int | None) -> Candidates:
+    async def _candidates(
+        self, collection: str, query: Query, depth: int | None, *, exhaustive: bool = False
+    ) -> Candidates:
         candidates = Candidates()
         prefilter = self._prefilter(query)
-        if depth is None:
+        if depth is None or (exhaustive and query.vector is None):
+            limit = _FULL_SCAN if depth is None else depth
             reply = await self._call("FT.SEARCH", index_name(collection), prefilter, "RETURN", "3", "imp", "ts",
-                                     "exp", "LIMIT", "0", str(_FULL_SCAN), "DIALECT", "2")  # fmt: skip
+                                     "exp", "LIMIT", "0", str(limit), "DIALECT", "2")  # fmt: skip
             await self._add_rows(collection, query, candidates, _results(reply))
         elif query.vector is not None:
-            await self._similar(collection, prefilter, query, depth, candidates)
+            await self._similar(collection, prefilter, query, depth, candidates, exhaustive=exhaustive)
         tokens = sorted(set(tokenize(query.text or "")))
         if tokens:
             await self._lexical(collection, prefilter, query, tokens, depth=depth, candidates=candidates)
@@ -369,10 +383,16 @@ class RedisBackend(Backend):
                 pipe.hget(prefix + record_id, "emb")
             return list(await pipe.execute())
 
-    async def _similar(self, collection: str, prefilter: str, query: Query, depth: int, candidates: Candidates) -> None:
+    async def _similar(
+        self, collection: str, prefilter: str, query: Query, depth: int, candidates: Candidates, *, exhaustive: bool
+    ) -> None:
         blob = np.ascontiguousarray(query.vector, dtype=np.float32).tobytes()
-        ef = f" EF_RUNTIME {max(depth, 10)}" if self._index == "HNSW" else ""
-        knn = f"({prefilter})=>[KNN {depth} @emb $vec{ef} AS dist]"
+        if exhaustive:
+            # The whole (small) scope: compute distances for the rows passing the filter, nothing else.
+            options = " HYBRID_POLICY ADHOC_BF"
+        else:
+            options = f" EF_RUNTIME {max(depth, 10)}" if self._index == "HNSW" else ""
+        knn = f"({prefilter})=>[KNN {depth} @emb $vec{options} AS dist]"
         reply = await self._call("FT.SEARCH", index_name(collection), knn, "PARAMS", "2", "vec", blob,
                                  "SORTBY", "dist", "ASC", "RETURN", "4", "dist", "imp", "ts", "exp",
                                  "LIMIT", "0", str(depth), "DIALECT", "2")  # fmt: skip
@@ -380,7 +400,7 @@ class RedisBackend(Backend):
         prefix = collection_prefix(collection)
         similarities = {key[len(prefix) :]: 1.0 - float(values[b"dist"]) for key, _, values in results}
         await self._add_rows(collection, query, candidates, results, similarities)
-        if len(results) == depth:
+        if len(results) == depth and not exhaustive:
             candidates.similarity_floor = min(similarities.values())
 
     async def _lexical(
