@@ -151,6 +151,12 @@ class Backend(ABC):
         """Insert or replace records, all or none."""
 
     @abstractmethod
+    async def replace(self, collection: str, record: Record, expected_body: bytes) -> bool:
+        """Atomically write ``record`` over the stored record with its id, but only if that record's body
+        still equals ``expected_body``; False (nothing written) if it changed or is gone. This is how the
+        layers merge and update without losing a concurrent writer's change, in any process."""
+
+    @abstractmethod
     async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
         """The records with these ids (missing ones omitted); only those in ``scope`` when given."""
 

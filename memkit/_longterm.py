@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -23,7 +23,7 @@ from memkit._conversation import (
     turn_content,
     turn_key,
 )
-from memkit._errors import CorruptDataError, NotFoundError, ValidationError
+from memkit._errors import BackendError, CorruptDataError, NotFoundError, ValidationError
 from memkit._recall import neighbour_rerank, rrf_rerank
 from memkit._records import Memory, MemoryKind, RecallHit, Scope, new_id, utcnow
 from memkit._validation import check_content, check_importance, check_metadata, epoch, require_scope
@@ -34,6 +34,7 @@ __all__ = ["LongTermConfig", "LongTermMemory", "MemoryPage", "StoreResult"]
 
 _encode_memory = msgspec.json.Encoder().encode
 _decode_memory = msgspec.json.Decoder(Memory).decode
+_REPLACE_ATTEMPTS = 20
 _encode_state = msgspec.json.Encoder().encode
 _decode_state = msgspec.json.Decoder(ThreadState).decode
 
@@ -145,11 +146,18 @@ class LongTermMemory:
                 await self.backend.upsert(self._collection, [self._to_record(memory, vector)])
                 return StoreResult(status="stored", memory=memory)
             found, status = existing
-            merged = _merge(found, memory) if status == "merged" else found
-            if status == "merged":
-                merged_vector = await self._embed_one(_index_text(merged))
-                await self.backend.upsert(self._collection, [self._to_record(merged, merged_vector)])
-            return StoreResult(status=status, memory=merged)
+            if status == "duplicate":
+                return StoreResult(status=status, memory=found)
+
+            async def merge(current: Memory) -> tuple[Memory, Any]:
+                merged = _merge(current, memory)
+                return merged, await self._embed_one(_index_text(merged))
+
+            merged = await self._modify(found.id, found.scope, merge)
+            if merged is None:  # forgotten meanwhile: store the new memory after all
+                await self.backend.upsert(self._collection, [self._to_record(memory, vector)])
+                return StoreResult(status="stored", memory=memory)
+            return StoreResult(status="merged", memory=merged)
 
     async def _find_duplicate(
         self, memory: Memory, vector: Any
@@ -231,15 +239,37 @@ class LongTermMemory:
             changes["kind"] = kind
         if metadata is not None:
             changes["metadata"] = check_metadata(metadata)
-        async with self._write_lock:
-            current = await self.get(memory_id, user_id=scope.user_id, agent_id=scope.agent_id)
-            now = utcnow()
-            if ttl is not None:
-                changes["expires_at"] = _expiry(now, ttl)
+        now = utcnow()
+        if ttl is not None:
+            changes["expires_at"] = _expiry(now, ttl)
+
+        async def change(current: Memory) -> tuple[Memory, Any]:
             updated = msgspec.structs.replace(current, updated_at=now, **changes)
-            vector = await self._embed_one(_index_text(updated))
-            await self.backend.upsert(self._collection, [self._to_record(updated, vector)])
+            return updated, await self._embed_one(_index_text(updated)) if "content" in changes else None
+
+        async with self._write_lock:
+            await self.get(memory_id, user_id=scope.user_id, agent_id=scope.agent_id)  # NotFoundError if absent
+            updated = await self._modify(memory_id, scope, change)
+            if updated is None:
+                raise NotFoundError(f"memory {memory_id!r} was forgotten while being updated")
             return updated
+
+    async def _modify(
+        self, memory_id: str, scope: Scope, change: Callable[[Memory], Awaitable[tuple[Memory, Any]]]
+    ) -> Memory | None:
+        """Read, change and compare-and-replace one memory, retrying when another writer (in this or
+        any process) changed it in between; None if it no longer exists. A vector of None keeps the
+        stored one."""
+        for _ in range(_REPLACE_ATTEMPTS):
+            records = await self.backend.get(self._collection, [memory_id], scope)
+            if not records:
+                return None
+            record = records[0]
+            updated, vector = await change(_decode(record))
+            candidate = self._to_record(updated, record.vector if vector is None else vector)
+            if await self.backend.replace(self._collection, candidate, expected_body=record.body):
+                return updated
+        raise BackendError(f"memory {memory_id!r} kept changing under concurrent writers; gave up")
 
     async def forget(self, memory_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> bool:
         scope = require_scope(user_id, agent_id, None)
@@ -335,16 +365,15 @@ class LongTermMemory:
     # -- access statistics (applied in the background by AccessTracker) ------------------------
     async def apply_access(self, counts: Mapping[str, int], scope: Scope, at: datetime) -> None:
         async with self._write_lock:
-            records = await self.backend.get(self._collection, list(counts), scope)
-            touched = []
-            for record in records:
-                memory = _decode(record)
-                memory = msgspec.structs.replace(
-                    memory, access_count=memory.access_count + counts[memory.id], last_accessed_at=at
-                )
-                touched.append(msgspec.structs.replace(record, body=_encode_memory(memory)))
-            if touched:
-                await self.backend.upsert(self._collection, touched)
+            for memory_id, count in counts.items():
+
+                async def touch(current: Memory, count: int = count) -> tuple[Memory, Any]:
+                    touched = msgspec.structs.replace(
+                        current, access_count=current.access_count + count, last_accessed_at=at
+                    )
+                    return touched, None
+
+                await self._modify(memory_id, scope, touch)
 
     # -- helpers ----------------------------------------------------------------------------------
     async def _embed_one(self, text: str) -> Any:

@@ -223,3 +223,22 @@ async def test_wrong_dimension_rejected(store_url: str) -> None:
         with pytest.raises(DimensionMismatchError):
             await mem.long_term.store("second", user_id="u")
         assert len((await mem.long_term.list(user_id="u")).memories) == 1
+
+
+async def test_two_clients_never_lose_each_others_writes(store_url: str) -> None:
+    """Two clients (as two processes would) touch and update one memory at once: nothing is lost."""
+    if store_url.startswith("memory://"):
+        pytest.skip("memory:// is private to one client")
+    embedder = HashingEmbedder(64)
+    async with Memkit(store_url, embedder=embedder) as a, Memkit(store_url, embedder=embedder) as b:
+        stored = (await a.long_term.store("shared fact about the garden shed", user_id="u")).memory
+        assert stored is not None
+        scope = stored.scope
+        async with anyio.create_task_group() as group:
+            for client in (a, b):
+                for _ in range(10):
+                    group.start_soon(client.long_term.apply_access, {stored.id: 1}, scope, stored.created_at)
+            group.start_soon(lambda: b.long_term.update(stored.id, user_id="u", importance=0.9))
+        final = await a.long_term.get(stored.id, user_id="u")
+        assert final.access_count == 20
+        assert final.importance == pytest.approx(0.9)

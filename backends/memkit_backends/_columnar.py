@@ -142,6 +142,13 @@ class ColumnarCollection:
                 self._records[row] = record
             self._write_row(row, record)
 
+    def replace(self, record: Record, expected_body: bytes) -> bool:
+        current = self.get([record.id])
+        if not current or current[0].body != expected_body:
+            return False
+        self.upsert([record])
+        return True
+
     def _write_row(self, row: int, record: Record) -> None:
         if record.vector is not None:
             stored, scales = encode_vectors(record.vector[None, :], self.dtype)

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 import pytest
 
@@ -109,6 +110,36 @@ class BackendConformance(KeyValueConformance):
         assert got.text == "new words" and abs(got.importance - 0.9) < 1e-6
         page = await backend.scan(COLLECTION, Scope(user_id="alice"))
         assert [r.id for r in page.records] == ["r1"]
+
+    async def test_replace_is_compare_and_set(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        original = make_record("r", text="first", seed=1)
+        await backend.upsert(COLLECTION, [original])
+        newer = Record(**{**_fields(original), "body": b"second", "text": "second"})
+        assert await backend.replace(COLLECTION, newer, expected_body=b"stale") is False
+        assert (await backend.get(COLLECTION, ["r"]))[0].body == original.body
+        assert await backend.replace(COLLECTION, newer, expected_body=original.body) is True
+        assert (await backend.get(COLLECTION, ["r"]))[0].body == b"second"
+        ghost = make_record("ghost", seed=2)
+        assert await backend.replace(COLLECTION, ghost, expected_body=ghost.body) is False
+        assert await backend.get(COLLECTION, ["ghost"]) == []
+
+    async def test_concurrent_read_modify_replace_loses_nothing(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(COLLECTION, [Record(**{**_fields(make_record("n", seed=1)), "body": b"0"})])
+
+        async def increment() -> None:
+            while True:
+                [current] = await backend.get(COLLECTION, ["n"])
+                bumped = Record(**{**_fields(current), "body": str(int(current.body) + 1).encode()})
+                if await backend.replace(COLLECTION, bumped, expected_body=current.body):
+                    return
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as group:
+            for _ in range(20):
+                group.start_soon(increment)
+        assert (await backend.get(COLLECTION, ["n"]))[0].body == b"20"
 
     async def test_get_missing_and_delete(self, backend: Backend) -> None:
         await backend.ensure_collection(COLLECTION, DIM)

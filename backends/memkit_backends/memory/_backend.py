@@ -70,6 +70,9 @@ class MemoryBackend(Backend):
     async def upsert(self, collection: str, records: Sequence[Record]) -> None:
         await self._store.run(collection, lambda c: c.upsert(records))
 
+    async def replace(self, collection: str, record: Record, expected_body: bytes) -> bool:
+        return await self._store.run(collection, lambda c: c.replace(record, expected_body))
+
     async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
         return await self._store.run(collection, lambda c: c.get(ids, scope))
 

@@ -197,6 +197,25 @@ class PostgresBackend(Backend):
                 await conn.executemany(self._insert_sql(collection, "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,"
                                                                     "$12::real[]::vector::{vt})"), rows)  # fmt: skip
 
+    @retrying
+    async def replace(self, collection: str, record: Record, expected_body: bytes) -> bool:
+        async with self.pool.acquire() as conn, conn.transaction():
+            exists, _ = await self._known_dim(conn, collection)
+            if not exists:
+                return False
+            # The row lock holds off concurrent writers until this transaction ends.
+            body = await conn.fetchval(f"SELECT body FROM {self._table(collection)} WHERE id = $1 FOR UPDATE",
+                                       record.id)  # fmt: skip
+            if body is None or bytes(body) != expected_body:
+                return False
+            if record.vector is not None:
+                _, have = await self._known_dim(conn, collection)
+                if have is not None and int(record.vector.shape[0]) != have:
+                    raise DimensionMismatchError(f"collection {collection!r} holds {have}-dimensional vectors")
+            values = "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12::real[]::vector::{vt})"
+            await conn.execute(self._insert_sql(collection, values), *self._row(record))
+            return True
+
     def _insert_sql(self, collection: str, source: str) -> str:
         vector_type = self._vector_type
         return (

@@ -19,7 +19,7 @@ import numpy as np
 import redis.asyncio as aioredis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError, ResponseError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -233,6 +233,27 @@ class RedisBackend(Backend):
                 await pipe.execute()
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise BackendUnavailableError(f"Redis at {self.url} unreachable: {exc}") from exc
+
+    @retrying
+    async def replace(self, collection: str, record: Record, expected_body: bytes) -> bool:
+        self._require_search()
+        _, have = await self._dim(collection)
+        if record.vector is not None and have is not None and int(record.vector.shape[0]) != have:
+            raise DimensionMismatchError(f"collection {collection!r} holds {have}-dimensional vectors")
+        key = collection_prefix(collection) + record.id
+        async with self._client.pipeline(transaction=True) as pipe:
+            try:
+                await pipe.watch(key)  # WATCH/MULTI: EXEC fails if anyone touched the key meanwhile
+                if await pipe.hget(key, "body") != expected_body:
+                    await pipe.unwatch()  # type: ignore[no-untyped-call]
+                    return False
+                pipe.multi()  # type: ignore[no-untyped-call]
+                pipe.delete(key)
+                pipe.hset(key, mapping=_mapping(record))  # type: ignore[arg-type]  # dict is invariant
+                await pipe.execute()
+            except WatchError:
+                return False
+        return True
 
     @retrying
     async def delete(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> int:

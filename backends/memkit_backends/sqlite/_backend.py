@@ -112,7 +112,21 @@ class SQLiteBackend(Backend):
 
     # -- cache sync -------------------------------------------------------------------------------
     def _sync(self, conn: sqlite3.Connection) -> None:
-        """Apply changes other connections committed since we last looked."""
+        """Apply changes other connections committed since we last looked.
+
+        Version, changed rows and the change counter must come from one snapshot: read apart, a
+        commit landing in between would be counted as seen without being loaded.
+        """
+        if conn.in_transaction:
+            self._sync_snapshot(conn)
+            return
+        conn.execute("BEGIN")
+        try:
+            self._sync_snapshot(conn)
+        finally:
+            conn.execute("COMMIT")
+
+    def _sync_snapshot(self, conn: sqlite3.Connection) -> None:
         version = conn.execute("PRAGMA data_version").fetchone()[0]
         if version == self._data_version:
             return
@@ -150,13 +164,15 @@ class SQLiteBackend(Backend):
         try:
             collection = self._collection(conn, name)
             apply_to_cache = work(collection)
+            # Read while the write lock is still ours: after COMMIT another writer may already have
+            # moved the counter, and its changes would then be skipped by the next sync.
+            last_seq = conn.execute("SELECT value FROM memkit_meta WHERE key = 'change_seq'").fetchone()[0]
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         apply_to_cache()
-        # We held the write lock since our sync, so nothing foreign slipped in between.
-        self._last_seq = conn.execute("SELECT value FROM memkit_meta WHERE key = 'change_seq'").fetchone()[0]
+        self._last_seq = last_seq
 
     @staticmethod
     def _next_seqs(conn: sqlite3.Connection, count: int) -> int:
@@ -187,28 +203,51 @@ class SQLiteBackend(Backend):
 
         def work(conn: sqlite3.Connection) -> None:
             def write(cache: ColumnarCollection) -> Callable[[], None]:
-                cache.check_dims(records)
-                first = self._next_seqs(conn, len(records))
-                conn.executemany(
-                    "INSERT INTO memkit_records (collection, id, user_id, agent_id, session_id, body, text, vector, "
-                    "importance, timestamp, expires_at, fields, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                    "ON CONFLICT (collection, id) DO UPDATE SET user_id = excluded.user_id, "
-                    "agent_id = excluded.agent_id, session_id = excluded.session_id, body = excluded.body, "
-                    "text = excluded.text, vector = excluded.vector, importance = excluded.importance, "
-                    "timestamp = excluded.timestamp, expires_at = excluded.expires_at, fields = excluded.fields, "
-                    "seq = excluded.seq",
-                    [record_params(collection, record, first + i) for i, record in enumerate(records)],
-                )
-                rowids = dict(conn.execute("SELECT id, rowid FROM memkit_records WHERE seq >= ?", (first,)))
-                self._index_text(conn, [(rowids[r.id], fts_tokens(r), scope_tokens(r.scope)) for r in records])
-                dim = cache.dim or next((int(r.vector.shape[0]) for r in records if r.vector is not None), None)
-                conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (collection, dim))
-                conn.execute("UPDATE memkit_collections SET dim = ? WHERE name = ? AND dim IS NULL", (dim, collection))
+                self._write_records(conn, collection, cache, records)
                 return lambda: cache.upsert(records)
 
             self._write(conn, collection, write)
 
         await self._run(work)
+
+    async def replace(self, collection: str, record: Record, expected_body: bytes) -> bool:
+        replaced: list[bool] = []
+
+        def work(conn: sqlite3.Connection) -> None:
+            def write(cache: ColumnarCollection) -> Callable[[], None]:
+                # The write lock is held and the cache caught up, so the cache shows the committed state.
+                current = cache.get([record.id])
+                if not current or current[0].body != expected_body:
+                    return lambda: None
+                self._write_records(conn, collection, cache, [record])
+                replaced.append(True)
+                return lambda: cache.upsert([record])
+
+            self._write(conn, collection, write)
+
+        await self._run(work)
+        return bool(replaced)
+
+    def _write_records(
+        self, conn: sqlite3.Connection, collection: str, cache: ColumnarCollection, records: Sequence[Record]
+    ) -> None:
+        cache.check_dims(records)
+        first = self._next_seqs(conn, len(records))
+        conn.executemany(
+            "INSERT INTO memkit_records (collection, id, user_id, agent_id, session_id, body, text, vector, "
+            "importance, timestamp, expires_at, fields, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (collection, id) DO UPDATE SET user_id = excluded.user_id, "
+            "agent_id = excluded.agent_id, session_id = excluded.session_id, body = excluded.body, "
+            "text = excluded.text, vector = excluded.vector, importance = excluded.importance, "
+            "timestamp = excluded.timestamp, expires_at = excluded.expires_at, fields = excluded.fields, "
+            "seq = excluded.seq",
+            [record_params(collection, record, first + i) for i, record in enumerate(records)],
+        )
+        rowids = dict(conn.execute("SELECT id, rowid FROM memkit_records WHERE seq >= ?", (first,)))
+        self._index_text(conn, [(rowids[r.id], fts_tokens(r), scope_tokens(r.scope)) for r in records])
+        dim = cache.dim or next((int(r.vector.shape[0]) for r in records if r.vector is not None), None)
+        conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (collection, dim))
+        conn.execute("UPDATE memkit_collections SET dim = ? WHERE name = ? AND dim IS NULL", (dim, collection))
 
     @staticmethod
     def _index_text(conn: sqlite3.Connection, rows: list[tuple[int, str | None, str]]) -> None:
