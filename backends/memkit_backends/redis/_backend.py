@@ -48,7 +48,7 @@ __all__ = ["RedisBackend"]
 _FIRST_DEPTH = 100
 _MAX_DEPTH = 6_400
 _FULL_SCAN = 10_000
-_EXACT_SCOPE = 400  # above this, parsing every row of the scope costs more than deeper candidate lists
+_EXACT_SCOPE = 400
 _NO_SEARCH = "this Redis has no search module; records need Redis 8 or Redis Stack (key-value works without it)"
 
 
