@@ -193,5 +193,12 @@ class Backend(ABC):
     @abstractmethod
     async def kv_delete(self, namespace: str, key: str) -> bool: ...
 
+    @abstractmethod
+    async def kv_replace(
+        self, namespace: str, key: str, value: bytes, expected: bytes | None, ttl_s: float | None = None
+    ) -> bool:
+        """Atomically set ``value`` only if the current value equals ``expected`` (None: the key is absent
+        or expired); False, writing nothing, otherwise."""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.url)!r})"

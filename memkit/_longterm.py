@@ -202,19 +202,29 @@ class LongTermMemory:
             return []
         namespace, key = thread_state_key(self._collection, scope, thread)
         async with self._write_lock:
-            raw_state = await self.backend.kv_get(namespace, key)
-            state = _decode_state(raw_state) if raw_state else ThreadState()
-            first = state.next_position
+            first, context = await self._reserve_positions(namespace, key, contents)
             memories = _turn_memories(
-                turns, contents, metadata, contexts(state, contents, self.config.context_turns),
-                scope=scope, thread=thread, first=first, importance=importance,
-            )  # fmt: skip
+                turns, contents, metadata, context, scope=scope, thread=thread, first=first, importance=importance
+            )
             vectors = as_unit_vectors(await self.embedder.embed([_index_text(m) for m in memories]))
             records = [self._to_record(m, v) for m, v in zip(memories, vectors, strict=True)]
             await self.backend.upsert(self._collection, records)
-            state.next_position = first + len(memories)
-            await self.backend.kv_set(namespace, key, _encode_state(state))
             return memories
+
+    async def _reserve_positions(
+        self, namespace: str, key: str, contents: builtins.list[str]
+    ) -> tuple[int, builtins.list[str | None]]:
+        """Claim the next positions of a thread with compare-and-set, so two processes appending to
+        one thread never number two turns alike; returns the first position and each turn's context."""
+        for _ in range(_REPLACE_ATTEMPTS):
+            raw = await self.backend.kv_get(namespace, key)
+            state = _decode_state(raw) if raw else ThreadState()
+            first = state.next_position
+            context = contexts(state, contents, self.config.context_turns)
+            state.next_position = first + len(contents)
+            if await self.backend.kv_replace(namespace, key, _encode_state(state), expected=raw):
+                return first, context
+        raise BackendError(f"thread state {key!r} kept changing under concurrent writers; gave up")
 
     async def update(
         self,

@@ -91,3 +91,21 @@ async def test_bad_turns_write_nothing(store_url: str) -> None:
             await mem.long_term.add_turns(bad, user_id="jo")
         assert (await mem.long_term.list(user_id="jo")).memories == []
         assert (await mem.long_term.add_turns(turns(0, 1), user_id="jo"))[0].metadata["position"] == 0
+
+
+async def test_two_clients_appending_to_one_thread_never_share_a_position(store_url: str) -> None:
+    if store_url.startswith("memory://"):
+        pytest.skip("memory:// is private to one client")
+    from functools import partial
+
+    import anyio
+
+    embedder = HashingEmbedder(64)
+    async with Memkit(store_url, embedder=embedder) as a, Memkit(store_url, embedder=embedder) as b:
+        async with anyio.create_task_group() as group:
+            for client in (a, b):
+                for i in range(5):
+                    group.start_soon(partial(client.long_term.add_turns, turns(i, i + 1), user_id="jo"))
+        memories = (await a.long_term.list(user_id="jo", limit=100)).memories
+    positions = sorted(m.metadata["position"] for m in memories)
+    assert positions == list(range(10))

@@ -24,5 +24,11 @@ class ExpiringDict:
     def set(self, namespace: str, key: str, value: bytes, ttl_s: float | None) -> None:
         self._items[(namespace, key)] = (bytes(value), None if ttl_s is None else time.time() + ttl_s)
 
+    def replace(self, namespace: str, key: str, value: bytes, expected: bytes | None, ttl_s: float | None) -> bool:
+        if self.get(namespace, key) != expected:
+            return False
+        self.set(namespace, key, value, ttl_s)
+        return True
+
     def delete(self, namespace: str, key: str) -> bool:
         return self.get(namespace, key) is not None and self._items.pop((namespace, key), None) is not None

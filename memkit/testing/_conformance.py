@@ -77,6 +77,26 @@ class KeyValueConformance:
         assert await backend.kv_delete("ns", "k") is False
         assert await backend.kv_get("ns", "k") is None
 
+    async def test_kv_replace_is_compare_and_set(self, backend: Backend) -> None:
+        assert await backend.kv_replace("ns", "c", b"1", expected=b"0") is False
+        assert await backend.kv_replace("ns", "c", b"1", expected=None) is True
+        assert await backend.kv_replace("ns", "c", b"2", expected=None) is False
+        assert await backend.kv_replace("ns", "c", b"2", expected=b"1") is True
+        assert await backend.kv_get("ns", "c") == b"2"
+
+        async def increment() -> None:
+            while True:
+                current = await backend.kv_get("ns", "n")
+                bumped = str(int(current or b"0") + 1).encode()
+                if await backend.kv_replace("ns", "n", bumped, expected=current):
+                    return
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as group:
+            for _ in range(20):
+                group.start_soon(increment)
+        assert await backend.kv_get("ns", "n") == b"20"
+
     async def test_kv_ttl(self, backend: Backend) -> None:
         _require(backend, "ttl")
         await backend.kv_set("ns", "short", b"x", ttl_s=0.2)

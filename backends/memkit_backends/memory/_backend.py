@@ -105,3 +105,8 @@ class MemoryBackend(Backend):
 
     async def kv_delete(self, namespace: str, key: str) -> bool:
         return self._kv.delete(namespace, key)
+
+    async def kv_replace(
+        self, namespace: str, key: str, value: bytes, expected: bytes | None, ttl_s: float | None = None
+    ) -> bool:
+        return self._kv.replace(namespace, key, value, expected, ttl_s)

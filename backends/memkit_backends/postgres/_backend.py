@@ -449,3 +449,25 @@ class PostgresBackend(Backend):
             namespace, key,
         )  # fmt: skip
         return bool(rows)
+
+    @retrying
+    async def kv_replace(
+        self, namespace: str, key: str, value: bytes, expected: bytes | None, ttl_s: float | None = None
+    ) -> bool:
+        table = f'"{self.schema}".memkit_kv'
+        alive = "(expires_at IS NULL OR expires_at > extract(epoch from clock_timestamp()))"
+        expiry = "NULL" if ttl_s is None else f"extract(epoch from clock_timestamp()) + {float(ttl_s)!r}"
+        async with self.pool.acquire() as conn, conn.transaction():
+            # Serialise writers of this key (the row may not exist yet, so lock the key itself).
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"memkit.kv.{namespace}.{key}")
+            current = await conn.fetchval(
+                f"SELECT value FROM {table} WHERE namespace = $1 AND key = $2 AND {alive}", namespace, key
+            )
+            if (None if current is None else bytes(current)) != expected:
+                return False
+            await conn.execute(
+                f"INSERT INTO {table} (namespace, key, value, expires_at) VALUES ($1, $2, $3, {expiry}) "
+                "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at",
+                namespace, key, bytes(value),
+            )  # fmt: skip
+            return True

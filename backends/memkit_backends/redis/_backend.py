@@ -45,7 +45,7 @@ from memkit_backends.redis._keys import (
 
 __all__ = ["RedisBackend"]
 
-_FIRST_DEPTH = 100
+_FIRST_DEPTH = 300  # measured at 100k (1k rows per user): p50 17.7 ms at 100, 11.4 at 300, 15.0 at 500
 _MAX_DEPTH = 6_400
 _FULL_SCAN = 10_000
 _EXACT_SCOPE = 400
@@ -203,11 +203,25 @@ class RedisBackend(Backend):
         vector = ["emb", "VECTOR", self._index, "6", "TYPE", "FLOAT32", "DIM", str(dim), "DISTANCE_METRIC", "COSINE"]
         if dim is not None:
             schema += vector
-        if exists:  # created before its dimension was known: add the vector field now
-            await self._call("FT.ALTER", index_name(name), "SCHEMA", "ADD", *vector)
-        else:
-            await self._call("FT.CREATE", index_name(name), "ON", "HASH", "PREFIX", "1", collection_prefix(name),
-                             "STOPWORDS", "0", "SCHEMA", *schema)  # fmt: skip
+        try:
+            if exists:  # created before its dimension was known: add the vector field now
+                await self._call("FT.ALTER", index_name(name), "SCHEMA", "ADD", *vector)
+            else:
+                await self._call("FT.CREATE", index_name(name), "ON", "HASH", "PREFIX", "1",
+                                 collection_prefix(name), "STOPWORDS", "0", "SCHEMA", *schema)  # fmt: skip
+        except BackendError as exc:
+            # Another client created or altered the index first: take what is there and check it.
+            if "already exists" not in str(exc) and "Duplicate field" not in str(exc):
+                raise
+            self._dims.pop(name, None)
+            _, have = await self._dim(name)
+            if dim is not None and have is not None and have != dim:
+                raise DimensionMismatchError(
+                    f"collection {name!r} holds {have}-dimensional vectors, not {dim}"
+                ) from exc
+            if dim is not None and have is None:
+                raise
+            return
         self._dims[name] = dim
 
     # -- writes -----------------------------------------------------------------------------------
@@ -462,3 +476,25 @@ class RedisBackend(Backend):
     @retrying
     async def kv_delete(self, namespace: str, key: str) -> bool:
         return bool(await self._call("DEL", self._kv_key(namespace, key)))
+
+    @retrying
+    async def kv_replace(
+        self, namespace: str, key: str, value: bytes, expected: bytes | None, ttl_s: float | None = None
+    ) -> bool:
+        name = self._kv_key(namespace, key)
+        async with self._client.pipeline(transaction=True) as pipe:
+            try:
+                await pipe.watch(name)  # EXEC fails if anyone wrote the key meanwhile
+                current = await pipe.get(name)
+                if (None if current is None else _as_bytes(current)) != expected:
+                    await pipe.unwatch()  # type: ignore[no-untyped-call]
+                    return False
+                pipe.multi()  # type: ignore[no-untyped-call]
+                if ttl_s is None:
+                    pipe.set(name, bytes(value))
+                else:
+                    pipe.set(name, bytes(value), px=max(1, int(ttl_s * 1000)))
+                await pipe.execute()
+            except WatchError:
+                return False
+        return True

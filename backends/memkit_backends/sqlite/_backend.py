@@ -385,3 +385,31 @@ class SQLiteBackend(Backend):
             return cursor.rowcount > 0
 
         return await self._run(work)
+
+    async def kv_replace(
+        self, namespace: str, key: str, value: bytes, expected: bytes | None, ttl_s: float | None = None
+    ) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            conn.execute("BEGIN IMMEDIATE")  # the write lock makes read-compare-write atomic across processes
+            try:
+                row = conn.execute(
+                    "SELECT value FROM memkit_kv WHERE namespace = ? AND key = ? "
+                    "AND (expires_at IS NULL OR expires_at > ?)",
+                    (namespace, key, now),
+                ).fetchone()
+                if (None if row is None else bytes(row[0])) != expected:
+                    conn.execute("ROLLBACK")
+                    return False
+                conn.execute(
+                    "INSERT OR REPLACE INTO memkit_kv (namespace, key, value, expires_at) VALUES (?, ?, ?, ?)",
+                    (namespace, key, bytes(value), None if ttl_s is None else now + ttl_s),
+                )
+                conn.execute("COMMIT")
+                return True
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+        return await self._run(work)
