@@ -10,6 +10,7 @@ one user stay exact and fast through the scope index; searches across all scopes
 from __future__ import annotations
 
 import json
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -52,8 +53,28 @@ _TRANSIENT = (
 """Errors after which a new connection may succeed: lost connections, a server restarting."""
 
 
-def _vector_text(vector: Any) -> str:
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+def _encode_vector(vector: Any) -> bytes:
+    """pgvector's binary format: dimension (int16), unused (int16), big-endian float32 values."""
+    values = np.asarray(vector, dtype=">f4")
+    return struct.pack(">HH", values.shape[0], 0) + values.tobytes()
+
+
+def _decode_vector(data: bytes) -> Any:
+    dim = struct.unpack_from(">H", data)[0]
+    return np.frombuffer(data, dtype=">f4", count=dim, offset=4).astype(np.float32)
+
+
+async def _register_vector_codec(conn: Any) -> None:
+    """Vectors cross the wire as binary (not a text list of 384 numbers): bulk ingest is CPU-bound here."""
+    schema = await conn.fetchval("SELECT typnamespace::regnamespace::text FROM pg_type WHERE typname = 'vector'")
+    if schema is None:
+        await conn.execute("SELECT pg_advisory_lock(hashtext('memkit.extension'))")
+        try:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        finally:
+            await conn.execute("SELECT pg_advisory_unlock(hashtext('memkit.extension'))")
+        schema = await conn.fetchval("SELECT typnamespace::regnamespace::text FROM pg_type WHERE typname = 'vector'")
+    await conn.set_type_codec("vector", schema=schema, encoder=_encode_vector, decoder=_decode_vector, format="binary")
 
 
 def _record(row: Mapping[str, Any]) -> Record:
@@ -107,8 +128,9 @@ class PostgresBackend(Backend):
         try:
             with anyio.fail_after(self._timeout):
                 self._pool = await asyncpg.create_pool(
-                    self._dsn, min_size=self._pool_min, max_size=self._pool_max, timeout=self._timeout
-                )
+                    self._dsn, min_size=self._pool_min, max_size=self._pool_max, timeout=self._timeout,
+                    init=_register_vector_codec,
+                )  # fmt: skip
         except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise BackendUnavailableError(f"cannot reach Postgres at {self.url}: {exc}") from exc
         await self.setup()
@@ -195,7 +217,7 @@ class PostgresBackend(Backend):
                 await self._copy_upsert(conn, collection, rows)
             else:
                 await conn.executemany(self._insert_sql(collection, "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,"
-                                                                    "$12::real[]::vector::{vt})"), rows)  # fmt: skip
+                                                                    "$12::vector::{vt})"), rows)  # fmt: skip
 
     @retrying
     async def replace(self, collection: str, record: Record, expected_body: bytes) -> bool:
@@ -212,7 +234,7 @@ class PostgresBackend(Backend):
                 _, have = await self._known_dim(conn, collection)
                 if have is not None and int(record.vector.shape[0]) != have:
                     raise DimensionMismatchError(f"collection {collection!r} holds {have}-dimensional vectors")
-            values = "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12::real[]::vector::{vt})"
+            values = "VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12::vector::{vt})"
             await conn.execute(self._insert_sql(collection, values), *self._row(record))
             return True
 
@@ -232,12 +254,12 @@ class PostgresBackend(Backend):
         await conn.execute(
             "CREATE TEMPORARY TABLE IF NOT EXISTS memkit_staging (id text, user_id text, agent_id text, "
             "session_id text, body bytea, text text, tokens text, importance real, ts double precision, "
-            "expires_at double precision, fields jsonb, embedding real[]) ON COMMIT DELETE ROWS"
+            "expires_at double precision, fields jsonb, embedding vector) ON COMMIT DELETE ROWS"
         )
         await conn.copy_records_to_table("memkit_staging", records=rows)
         source = (
             "SELECT DISTINCT ON (id) id, user_id, agent_id, session_id, body, text, tokens, importance, ts, "
-            "expires_at, fields, embedding::vector::{vt} FROM memkit_staging"
+            "expires_at, fields, embedding::{vt} FROM memkit_staging"
         )
         await conn.execute(self._insert_sql(collection, source))
 
@@ -245,7 +267,7 @@ class PostgresBackend(Backend):
     def _row(record: Record) -> tuple[Any, ...]:
         scope = record.scope
         tokens = " ".join(tokenize(record.text)) if record.text else None
-        vector = None if record.vector is None else [float(x) for x in record.vector]
+        vector = None if record.vector is None else np.asarray(record.vector, dtype=np.float32)
         return (
             record.id, scope.user_id, scope.agent_id, scope.session_id, record.body, record.text, tokens,
             record.importance, record.timestamp, record.expires_at, json.dumps(record.fields), vector,
@@ -350,8 +372,8 @@ class PostgresBackend(Backend):
     def _similarity_sql(self, where: Where, query: Query) -> str:
         if query.vector is None:
             return "0.0"
-        vector = where.bind(_vector_text(query.vector))
-        return f"coalesce(1 - (embedding <=> {vector}::{self._vector_type}), 0.0)"
+        vector = where.bind(np.asarray(query.vector, dtype=np.float32))
+        return f"coalesce(1 - (embedding <=> {vector}::vector::{self._vector_type}), 0.0)"
 
     async def _candidates(self, conn: Any, collection: str, query: Query, depth: int | None) -> Candidates:
         table = self._table(collection)
@@ -385,7 +407,7 @@ class PostgresBackend(Backend):
     ) -> None:
         where = Where(list(base.clauses), list(base.params))
         where.add("embedding IS NOT NULL")
-        vector = f"{where.bind(_vector_text(query.vector))}::{self._vector_type}"
+        vector = f"{where.bind(np.asarray(query.vector, dtype=np.float32))}::vector::{self._vector_type}"
         sql = (
             f"SELECT id, 1 - (embedding <=> {vector}) AS sim, importance, ts, expires_at FROM {table} "
             f"WHERE {where.sql()} ORDER BY embedding <=> {vector} LIMIT {where.bind(depth)}"

@@ -21,7 +21,7 @@ __all__ = ["SCHEMA_VERSION", "Where", "collection_ddl", "schema_ddl", "table_nam
 SCHEMA_VERSION: Final = 1
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 RECORD_COLUMNS: Final = (
-    "id, user_id, agent_id, session_id, body, text, embedding::real[] AS embedding, importance, ts, expires_at, fields"
+    "id, user_id, agent_id, session_id, body, text, embedding::vector AS embedding, importance, ts, expires_at, fields"
 )
 
 
