@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import hashlib
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -13,27 +12,35 @@ import anyio
 import msgspec
 
 from memkit._access import AccessTracker
-from memkit._backend import Backend, FilterValue, Hit, Query, Record, Weights
+from memkit._backend import Backend, FilterValue, Query, Record, Weights
 from memkit._conversation import (
-    TURN_KEY,
     ThreadState,
     Turn,
     contexts,
     thread_state_key,
     turn_content,
-    turn_key,
 )
-from memkit._errors import BackendError, CorruptDataError, NotFoundError, ValidationError
+from memkit._errors import BackendError, NotFoundError, ValidationError
+from memkit._mapping import (
+    decode,
+    dedupe_key,
+    encode_memory,
+    expiry,
+    index_text,
+    now_epoch,
+    record_fields,
+    to_hit,
+    turn_memories,
+)
+from memkit._mapping import filters as build_filters
+from memkit._mapping import merge as merge_memories
 from memkit._recall import neighbour_rerank, rrf_rerank
 from memkit._records import Memory, MemoryKind, RecallHit, Scope, new_id, utcnow
 from memkit._validation import check_content, check_importance, check_metadata, epoch, require_scope
 from memkit.embedders import Embedder, as_unit_vectors
-from memkit.text import normalize_for_dedupe
 
 __all__ = ["LongTermConfig", "LongTermMemory", "MemoryPage", "StoreResult"]
 
-_encode_memory = msgspec.json.Encoder().encode
-_decode_memory = msgspec.json.Decoder(Memory).decode
 _REPLACE_ATTEMPTS = 20
 _encode_state = msgspec.json.Encoder().encode
 _decode_state = msgspec.json.Decoder(ThreadState).decode
@@ -72,14 +79,6 @@ class StoreResult(msgspec.Struct, frozen=True, kw_only=True):
 class MemoryPage(msgspec.Struct, frozen=True, kw_only=True):
     memories: list[Memory]
     next_cursor: str | None
-
-
-def _dedupe_key(content: str) -> str:
-    return hashlib.blake2b(normalize_for_dedupe(content).encode(), digest_size=12).hexdigest()
-
-
-def _metadata_fields(metadata: Mapping[str, Any]) -> dict[str, str | int | float | bool]:
-    return {f"meta.{k}": v for k, v in metadata.items() if isinstance(v, str | int | float | bool)}
 
 
 class LongTermMemory:
@@ -137,9 +136,9 @@ class LongTermMemory:
         now = created_at or utcnow()
         memory = Memory(
             id=new_id(), scope=scope, kind=kind, content=content, importance=importance, source=source,
-            created_at=now, updated_at=now, expires_at=_expiry(now, ttl), metadata=meta, context=context,
+            created_at=now, updated_at=now, expires_at=expiry(now, ttl), metadata=meta, context=context,
         )  # fmt: skip
-        vector = await self._embed_one(_index_text(memory))
+        vector = await self._embed_one(index_text(memory))
         async with self._write_lock:
             existing = await self._find_duplicate(memory, vector) if self.config.dedupe else None
             if existing is None:
@@ -149,11 +148,11 @@ class LongTermMemory:
             if status == "duplicate":
                 return StoreResult(status=status, memory=found)
 
-            async def merge(current: Memory) -> tuple[Memory, Any]:
-                merged = _merge(current, memory)
-                return merged, await self._embed_one(_index_text(merged))
+            async def merge_into(current: Memory) -> tuple[Memory, Any]:
+                merged = merge_memories(current, memory)
+                return merged, await self._embed_one(index_text(merged))
 
-            merged = await self._modify(found.id, found.scope, merge)
+            merged = await self._modify(found.id, found.scope, merge_into)
             if merged is None:  # forgotten meanwhile: store the new memory after all
                 await self.backend.upsert(self._collection, [self._to_record(memory, vector)])
                 return StoreResult(status="stored", memory=memory)
@@ -163,18 +162,18 @@ class LongTermMemory:
         self, memory: Memory, vector: Any
     ) -> tuple[Memory, Literal["merged", "duplicate"]] | None:
         exact = await self.backend.scan(
-            self._collection, memory.scope, filters={"dedupe": _dedupe_key(memory.content)}, limit=1, now=_now()
+            self._collection, memory.scope, filters={"dedupe": dedupe_key(memory.content)}, limit=1, now=now_epoch()
         )
         for record in exact.records:
             if record.scope == memory.scope:
-                return _decode(record), "duplicate"
+                return decode(record), "duplicate"
         query = Query(
-            scope=memory.scope, vector=vector, k=3, now=_now(), min_score=self.config.merge_threshold,
+            scope=memory.scope, vector=vector, k=3, now=now_epoch(), min_score=self.config.merge_threshold,
             weights=Weights(similarity=1.0, lexical=0.0, recency=0.0, importance=0.0),
         )  # fmt: skip
         for hit in await self.backend.query(self._collection, query):
             if hit.record.scope == memory.scope and hit.scores.similarity >= self.config.merge_threshold:
-                return _decode(hit.record), "merged"
+                return decode(hit.record), "merged"
         return None
 
     async def add_turns(
@@ -203,10 +202,10 @@ class LongTermMemory:
         namespace, key = thread_state_key(self._collection, scope, thread)
         async with self._write_lock:
             first, context = await self._reserve_positions(namespace, key, contents)
-            memories = _turn_memories(
+            memories = turn_memories(
                 turns, contents, metadata, context, scope=scope, thread=thread, first=first, importance=importance
             )
-            vectors = as_unit_vectors(await self.embedder.embed([_index_text(m) for m in memories]))
+            vectors = as_unit_vectors(await self.embedder.embed([index_text(m) for m in memories]))
             records = [self._to_record(m, v) for m, v in zip(memories, vectors, strict=True)]
             await self.backend.upsert(self._collection, records)
             return memories
@@ -251,11 +250,11 @@ class LongTermMemory:
             changes["metadata"] = check_metadata(metadata)
         now = utcnow()
         if ttl is not None:
-            changes["expires_at"] = _expiry(now, ttl)
+            changes["expires_at"] = expiry(now, ttl)
 
         async def change(current: Memory) -> tuple[Memory, Any]:
             updated = msgspec.structs.replace(current, updated_at=now, **changes)
-            return updated, await self._embed_one(_index_text(updated)) if "content" in changes else None
+            return updated, await self._embed_one(index_text(updated)) if "content" in changes else None
 
         async with self._write_lock:
             await self.get(memory_id, user_id=scope.user_id, agent_id=scope.agent_id)  # NotFoundError if absent
@@ -275,7 +274,7 @@ class LongTermMemory:
             if not records:
                 return None
             record = records[0]
-            updated, vector = await change(_decode(record))
+            updated, vector = await change(decode(record))
             candidate = self._to_record(updated, record.vector if vector is None else vector)
             if await self.backend.replace(self._collection, candidate, expected_body=record.body):
                 return updated
@@ -300,14 +299,14 @@ class LongTermMemory:
     async def sweep_expired(self) -> int:
         """Delete expired memories now (recall never returns them, swept or not)."""
         async with self._write_lock:
-            return await self.backend.delete_expired(self._collection, _now())
+            return await self.backend.delete_expired(self._collection, now_epoch())
 
     # -- reads ----------------------------------------------------------------------------------
     async def get(self, memory_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Memory:
         scope = require_scope(user_id, agent_id, None)
         for record in await self.backend.get(self._collection, [memory_id], scope):
-            if not record.is_expired(_now()):
-                return _decode(record)
+            if not record.is_expired(now_epoch()):
+                return decode(record)
         raise NotFoundError(f"no memory {memory_id!r} in scope {scope}")
 
     async def list(
@@ -326,9 +325,11 @@ class LongTermMemory:
         scope = require_scope(user_id, agent_id, session_id, all_scopes=all_scopes)
         if limit < 1:
             raise ValidationError("limit must be >= 1")
-        filters = _filters(kinds, metadata)
-        page = await self.backend.scan(self._collection, scope, filters=filters, limit=limit, cursor=cursor, now=_now())
-        return MemoryPage(memories=[_decode(r) for r in page.records], next_cursor=page.next_cursor)
+        wanted = build_filters(kinds, metadata)
+        page = await self.backend.scan(
+            self._collection, scope, filters=wanted, limit=limit, cursor=cursor, now=now_epoch()
+        )
+        return MemoryPage(memories=[decode(r) for r in page.records], next_cursor=page.next_cursor)
 
     async def recall(
         self,
@@ -355,8 +356,8 @@ class LongTermMemory:
         threshold = self.config.min_score if min_score is None else min_score
         backend_query = Query(
             scope=scope, all_scopes=all_scopes, vector=await self._embed_one(query_text), text=query_text,
-            filters=_filters(kinds, metadata), k=k, weights=weights or self.config.weights,
-            now=_now() if as_of is None else epoch(as_of), half_life_s=self.config.half_life_days * 86400.0,
+            filters=build_filters(kinds, metadata), k=k, weights=weights or self.config.weights,
+            now=now_epoch() if as_of is None else epoch(as_of), half_life_s=self.config.half_life_days * 86400.0,
             min_importance=check_importance(min_importance),
             min_score=-math.inf if threshold is None else threshold,
         )  # fmt: skip
@@ -367,7 +368,7 @@ class LongTermMemory:
                                             self.config.neighbour_weight)  # fmt: skip
         else:
             ranked = [(hit, 0.0) for hit in await self.backend.query(self._collection, backend_query)]
-        hits = [_to_hit(hit, boost) for hit, boost in ranked]
+        hits = [to_hit(hit, boost) for hit, boost in ranked]
         if self._access is not None and self.config.track_access and hits:
             self._access.touch(self, [hit.memory.id for hit in hits], scope)
         return hits
@@ -393,111 +394,11 @@ class LongTermMemory:
         return Record(
             id=memory.id,
             scope=memory.scope,
-            body=_encode_memory(memory),
-            text=_index_text(memory),
+            body=encode_memory(memory),
+            text=index_text(memory),
             vector=vector,
             importance=memory.importance,
             timestamp=epoch(memory.updated_at),
             expires_at=None if memory.expires_at is None else epoch(memory.expires_at),
-            fields=_record_fields(memory),
+            fields=record_fields(memory),
         )
-
-
-def _turn_memories(
-    turns: Sequence[Turn],
-    contents: Sequence[str],
-    metadata: Sequence[dict[str, Any]],
-    context: Sequence[str | None],
-    *,
-    scope: Scope,
-    thread: str,
-    first: int,
-    importance: float,
-) -> list[Memory]:
-    memories = []
-    for i, (turn, content, meta, before) in enumerate(zip(turns, contents, metadata, context, strict=True)):
-        at = turn.at or utcnow()
-        memories.append(
-            Memory(
-                id=new_id(),
-                scope=scope,
-                kind="turn",
-                content=content,
-                importance=importance,
-                source=turn.speaker,
-                created_at=at,
-                updated_at=at,
-                metadata={**meta, "thread": thread, "position": first + i},
-                context=before,
-            )
-        )
-    return memories
-
-
-def _record_fields(memory: Memory) -> dict[str, str | int | float | bool]:
-    fields = {"kind": memory.kind, "dedupe": _dedupe_key(memory.content), **_metadata_fields(memory.metadata)}
-    thread, position = memory.metadata.get("thread"), memory.metadata.get("position")
-    if memory.kind == "turn" and isinstance(thread, str) and isinstance(position, int):
-        fields[TURN_KEY] = turn_key(thread, position)
-    return fields
-
-
-def _now() -> float:
-    return utcnow().timestamp()
-
-
-def _index_text(memory: Memory) -> str:
-    return memory.content if memory.context is None else f"{memory.context}\n{memory.content}"
-
-
-def _expiry(now: datetime, ttl: timedelta | float | None) -> datetime | None:
-    if ttl is None:
-        return None
-    delta = ttl if isinstance(ttl, timedelta) else timedelta(seconds=float(ttl))
-    if delta.total_seconds() <= 0:
-        raise ValidationError(f"ttl must be positive, got {ttl!r}")
-    return now + delta
-
-
-def _merge(existing: Memory, newer: Memory) -> Memory:
-    """A near-duplicate refreshes what is known: newer wording, the higher importance, merged metadata."""
-    return msgspec.structs.replace(
-        existing,
-        content=newer.content,
-        importance=max(existing.importance, newer.importance),
-        updated_at=newer.updated_at,
-        metadata={**existing.metadata, **newer.metadata},
-        expires_at=newer.expires_at if existing.expires_at is not None else None,
-        context=newer.context or existing.context,
-    )
-
-
-def _filters(kinds: Sequence[MemoryKind] | None, metadata: Mapping[str, FilterValue] | None) -> dict[str, FilterValue]:
-    filters: dict[str, FilterValue] = {}
-    if kinds is not None:
-        if isinstance(kinds, str):
-            kinds = [kinds]
-        filters["kind"] = list(kinds)
-    for key, value in (metadata or {}).items():
-        filters[f"meta.{key}"] = value
-    return filters
-
-
-def _decode(record: Record) -> Memory:
-    try:
-        return _decode_memory(record.body)
-    except msgspec.DecodeError as exc:
-        raise CorruptDataError(f"stored memory {record.id!r} cannot be decoded: {exc}") from exc
-
-
-def _to_hit(hit: Hit, neighbour: float) -> RecallHit:
-    scores = hit.scores
-    return RecallHit(
-        memory=_decode(hit.record),
-        score=scores.final + neighbour,
-        neighbour=neighbour,
-        similarity=scores.similarity,
-        lexical=scores.lexical,
-        recency=scores.recency,
-        importance=scores.importance,
-    )

@@ -1,0 +1,127 @@
+"""Mapping between memories and backend records, and the small pure helpers of the long-term layer."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from memkit._backend import FilterValue, Hit, Record
+from memkit._conversation import TURN_KEY, Turn, turn_key
+from memkit._errors import CorruptDataError, ValidationError
+from memkit._records import Memory, MemoryKind, RecallHit, Scope, new_id, utcnow
+from memkit.text import normalize_for_dedupe
+
+encode_memory = msgspec.json.Encoder().encode
+_decode_memory = msgspec.json.Decoder(Memory).decode
+
+
+def dedupe_key(content: str) -> str:
+    return hashlib.blake2b(normalize_for_dedupe(content).encode(), digest_size=12).hexdigest()
+
+
+def metadata_fields(metadata: Mapping[str, Any]) -> dict[str, str | int | float | bool]:
+    return {f"meta.{k}": v for k, v in metadata.items() if isinstance(v, str | int | float | bool)}
+
+
+def turn_memories(
+    turns: Sequence[Turn],
+    contents: Sequence[str],
+    metadata: Sequence[dict[str, Any]],
+    context: Sequence[str | None],
+    *,
+    scope: Scope,
+    thread: str,
+    first: int,
+    importance: float,
+) -> list[Memory]:
+    memories = []
+    for i, (turn, content, meta, before) in enumerate(zip(turns, contents, metadata, context, strict=True)):
+        at = turn.at or utcnow()
+        memories.append(
+            Memory(
+                id=new_id(),
+                scope=scope,
+                kind="turn",
+                content=content,
+                importance=importance,
+                source=turn.speaker,
+                created_at=at,
+                updated_at=at,
+                metadata={**meta, "thread": thread, "position": first + i},
+                context=before,
+            )
+        )
+    return memories
+
+
+def record_fields(memory: Memory) -> dict[str, str | int | float | bool]:
+    fields = {"kind": memory.kind, "dedupe": dedupe_key(memory.content), **metadata_fields(memory.metadata)}
+    thread, position = memory.metadata.get("thread"), memory.metadata.get("position")
+    if memory.kind == "turn" and isinstance(thread, str) and isinstance(position, int):
+        fields[TURN_KEY] = turn_key(thread, position)
+    return fields
+
+
+def now_epoch() -> float:
+    return utcnow().timestamp()
+
+
+def index_text(memory: Memory) -> str:
+    return memory.content if memory.context is None else f"{memory.context}\n{memory.content}"
+
+
+def expiry(now: datetime, ttl: timedelta | float | None) -> datetime | None:
+    if ttl is None:
+        return None
+    delta = ttl if isinstance(ttl, timedelta) else timedelta(seconds=float(ttl))
+    if delta.total_seconds() <= 0:
+        raise ValidationError(f"ttl must be positive, got {ttl!r}")
+    return now + delta
+
+
+def merge(existing: Memory, newer: Memory) -> Memory:
+    """A near-duplicate refreshes what is known: newer wording, the higher importance, merged metadata."""
+    return msgspec.structs.replace(
+        existing,
+        content=newer.content,
+        importance=max(existing.importance, newer.importance),
+        updated_at=newer.updated_at,
+        metadata={**existing.metadata, **newer.metadata},
+        expires_at=newer.expires_at if existing.expires_at is not None else None,
+        context=newer.context or existing.context,
+    )
+
+
+def filters(kinds: Sequence[MemoryKind] | None, metadata: Mapping[str, FilterValue] | None) -> dict[str, FilterValue]:
+    filters: dict[str, FilterValue] = {}
+    if kinds is not None:
+        if isinstance(kinds, str):
+            kinds = [kinds]
+        filters["kind"] = list(kinds)
+    for key, value in (metadata or {}).items():
+        filters[f"meta.{key}"] = value
+    return filters
+
+
+def decode(record: Record) -> Memory:
+    try:
+        return _decode_memory(record.body)
+    except msgspec.DecodeError as exc:
+        raise CorruptDataError(f"stored memory {record.id!r} cannot be decoded: {exc}") from exc
+
+
+def to_hit(hit: Hit, neighbour: float) -> RecallHit:
+    scores = hit.scores
+    return RecallHit(
+        memory=decode(hit.record),
+        score=scores.final + neighbour,
+        neighbour=neighbour,
+        similarity=scores.similarity,
+        lexical=scores.lexical,
+        recency=scores.recency,
+        importance=scores.importance,
+    )
