@@ -57,6 +57,28 @@ def with_option(url: str, key: str, value: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}{key}={value}"
 
 
+def fresh_postgres_url(url: str, **options: str) -> str:
+    """The server's URL with a new, empty schema (tests stay independent) and extra options."""
+    import uuid
+
+    url = with_option(url, "schema", f"t_{uuid.uuid4().hex[:12]}")
+    for key, value in options.items():
+        url = with_option(url, key, value)
+    return url
+
+
+def fresh_redis_url(url: str, **options: str) -> str:
+    """The server's URL after emptying its database, with extra options."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.close()
+    for key, value in options.items():
+        url = with_option(url, key, value)
+    return url
+
+
 @pytest.fixture(params=["memory", "sqlite", "postgres", "redis"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Every backend that stores records: a fresh, empty store per test."""
@@ -65,13 +87,5 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'mem.db'}"
     if request.param == "postgres":
-        import uuid
-
-        return with_option(request.getfixturevalue("postgres_url"), "schema", f"t_{uuid.uuid4().hex[:12]}")
-    import redis
-
-    url: str = request.getfixturevalue("redis_url")
-    client = redis.Redis.from_url(url)
-    client.flushdb()
-    client.close()
-    return url
+        return fresh_postgres_url(request.getfixturevalue("postgres_url"))
+    return fresh_redis_url(request.getfixturevalue("redis_url"))
