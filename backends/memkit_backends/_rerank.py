@@ -15,6 +15,7 @@ full records are fetched for the final k alone.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,6 +81,48 @@ class Candidates:
                             recency=0.5 ** (age / query.half_life_s), importance=candidate.importance)  # fmt: skip
             ranked.append((ids[row], scores))
         return ranked
+
+    def unresolved(
+        self, query: Query, *, text_truncated: bool, text_rows: Mapping[str, Candidate] | None = None
+    ) -> tuple[list[str], list[str]]:
+        """Ids that need a second look, and only those that could still reach the top k.
+
+        Returns (text matches outside the similarity list, which lack their similarity, and without
+        ``text_rows`` their importance and timestamp too; similarity-list rows outside a truncated text
+        list, which lack their text score). A row whose best possible score is below the k-th best
+        guaranteed score cannot be in the top k, so it is not fetched (the threshold idea of Fagin's
+        algorithms). ``text_rows`` holds the text matches' numbers where the server returned them.
+        """
+        text_only = [i for i in self.lexical if i not in self.rows]
+        no_text = [i for i in self.rows if i not in self.lexical] if text_truncated else []
+        w = query.weights
+        if min(w.similarity, w.lexical, w.recency, w.importance) < 0 or len(self.rows) < query.k:
+            return text_only, no_text
+        top = max(self.lexical.values(), default=0.0)
+        scale = w.lexical / top if query.text and top > 0 else 0.0
+        ids = list(self.rows)
+        rows = [self.rows[i] for i in ids]
+        similarity = np.array([r.similarity for r in rows])
+        importance = np.array([r.importance for r in rows])
+        age = np.maximum(query.now - np.array([r.timestamp for r in rows]), 0.0)
+        partial = w.similarity * similarity + w.recency * np.exp(-age * (math.log(2.0) / query.half_life_s))
+        partial += w.importance * importance
+        guaranteed = partial + scale * np.array([self.lexical.get(i, 0.0) for i in ids])
+        threshold = float(np.partition(guaranteed, -query.k)[-query.k]) - 1e-6  # float32 kernel, float64 here
+        if text_truncated and self.lexical_floor is not None:
+            best = partial + scale * self.lexical_floor
+            no_text = [i for i, b in zip(ids, best.tolist(), strict=True) if i not in self.lexical and b >= threshold]
+        best_similarity = self.similarity_floor if self.similarity_floor is not None else 0.0
+
+        def ceiling(row_id: str) -> float:
+            row = (text_rows or {}).get(row_id)
+            if row is None:
+                return w.similarity * best_similarity + w.recency + w.importance + scale * self.lexical[row_id]
+            recency = math.exp(-max(query.now - row.timestamp, 0.0) * (math.log(2.0) / query.half_life_s))
+            known = w.recency * recency + w.importance * row.importance + scale * self.lexical[row_id]
+            return w.similarity * best_similarity + known
+
+        return [i for i in text_only if ceiling(i) >= threshold], no_text
 
     def is_exact(self, query: Query, ranked: list[tuple[str, Scores]]) -> bool:
         """True when no row outside the candidates can outscore the k-th hit."""

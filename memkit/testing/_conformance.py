@@ -351,6 +351,37 @@ class BackendConformance(KeyValueConformance):
             page = await backend.scan(COLLECTION, Scope(user_id=f"user{worker}"), limit=100)
             assert len(page.records) == 20
 
+    # -- rerank depth ---------------------------------------------------------------------------
+    async def test_hybrid_top_k_on_a_large_scope_matches_scoring_it_whole(self, backend: Backend) -> None:
+        """Servers rerank candidate lists; with a scope far larger than the first lists, the top k must
+        still be the one found by scoring every row in scope (a k larger than the scope forces that)."""
+        _require(backend, "vector_search")
+        await backend.ensure_collection(COLLECTION, DIM)
+        rng = np.random.default_rng(5)
+        words = [f"w{i}" for i in range(40)]
+        odds = 1.0 / np.arange(1, 41)
+        now = time.time()
+        records = [
+            Record(id=f"r{i:04d}", scope=Scope(user_id="alice" if i < 1200 else "bob"), body=b"",
+                   text=" ".join(rng.choice(words, 4, p=odds / odds.sum())), vector=unit(1000 + i),
+                   importance=float(rng.random()), timestamp=now - float(rng.random()) * 90 * 86400)
+            for i in range(1400)
+        ]  # fmt: skip
+        for start in range(0, len(records), 500):
+            await backend.upsert(COLLECTION, records[start : start + 500])
+        variants = [Weights(), Weights(similarity=0.5, lexical=0.0, recency=0.2, importance=0.3),
+                    Weights(similarity=0.2, lexical=0.8, recency=0.0, importance=0.0),
+                    Weights(similarity=0.3, lexical=0.3, recency=0.3, importance=0.1)]  # fmt: skip
+        shares = []
+        for i, weights in enumerate(variants * 2):
+            probe = records[int(rng.integers(0, 1200))]
+            ask = query(Scope(user_id="alice"), vector=unit(i), text=probe.text, weights=weights, now=now, k=10)
+            top = [h.record.id for h in await backend.query(COLLECTION, ask)]
+            whole = await backend.query(COLLECTION, Query(**{**_fields(ask), "k": 1300}))
+            assert {h.record.scope.user_id for h in whole} == {"alice"} and len(whole) == 1200
+            shares.append(len(set(top) & {h.record.id for h in whole[:10]}) / 10)
+        assert min(shares) >= 0.8 and sum(shares) / len(shares) >= 0.95, shares
+
 
 def _fields(record: Record) -> dict[str, Any]:
     return {name: getattr(record, name) for name in record.__struct_fields__}
