@@ -1,0 +1,31 @@
+"""The Redis bulk writer: hand-encoded RESP in MULTI/EXEC, errors surfaced, connections left clean."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from memkit import open_backend
+from memkit.errors import BackendError
+from memkit.testing import make_record
+from memkit_backends.redis._bulk import command
+from memkit_backends.redis._keys import collection_prefix
+from tests.conftest import fresh_redis_url
+
+pytestmark = pytest.mark.anyio
+
+
+def test_command_is_resp() -> None:
+    assert command("HSET", "k", b"\x00\r\n", 0.1) == b"*4\r\n$4\r\nHSET\r\n$1\r\nk\r\n$3\r\n\x00\r\n\r\n$3\r\n0.1\r\n"
+
+
+async def test_refused_write_raises_and_the_connection_stays_usable(redis_url: str) -> None:
+    url = fresh_redis_url(redis_url)
+    async with open_backend(url) as backend:
+        await backend.ensure_collection("c", 8)
+        redis.Redis.from_url(url.split("?")[0]).set(collection_prefix("c") + "taken", "a string, not a hash")
+        with pytest.raises(BackendError, match="WRONGTYPE"):
+            await backend.upsert("c", [make_record("ok", seed=1), make_record("taken", seed=2)])
+        for _ in range(5):  # the pool's connections still answer in order
+            await backend.upsert("c", [make_record(f"after{_}", seed=3)])
+        assert [r.id for r in await backend.get("c", ["after4", "ok"])] == ["after4", "ok"]
