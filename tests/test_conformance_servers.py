@@ -15,35 +15,35 @@ from tests.conftest import fresh_postgres_url, fresh_redis_url
 class TestPostgresBackend(BackendConformance):
     @pytest.fixture
     async def backend(self, postgres_url: str) -> AsyncIterator[Backend]:
-        async with open_backend(fresh_postgres_url(postgres_url)) as backend:
+        async with open_backend(fresh_postgres_url(postgres_url)) as backend:  # index=none by default
             yield backend
 
 
 class TestPostgresHalfvec(BackendConformance):
     @pytest.fixture
     async def backend(self, postgres_url: str) -> AsyncIterator[Backend]:
-        async with open_backend(fresh_postgres_url(postgres_url, vector="halfvec")) as backend:
+        async with open_backend(fresh_postgres_url(postgres_url, vector="halfvec", index="hnsw")) as backend:
             yield backend
 
 
-class TestPostgresWithoutIndex(BackendConformance):
+class TestPostgresHnsw(BackendConformance):
     @pytest.fixture
     async def backend(self, postgres_url: str) -> AsyncIterator[Backend]:
-        async with open_backend(fresh_postgres_url(postgres_url, index="none")) as backend:
+        async with open_backend(fresh_postgres_url(postgres_url, index="hnsw")) as backend:
             yield backend
 
 
 class TestRedisStackBackend(BackendConformance):
     @pytest.fixture
     async def backend(self, redis_url: str) -> AsyncIterator[Backend]:
-        async with open_backend(fresh_redis_url(redis_url)) as backend:
+        async with open_backend(fresh_redis_url(redis_url)) as backend:  # index=flat by default
             yield backend
 
 
-class TestRedisFlatIndex(BackendConformance):
+class TestRedisHnsw(BackendConformance):
     @pytest.fixture
     async def backend(self, redis_url: str) -> AsyncIterator[Backend]:
-        async with open_backend(fresh_redis_url(redis_url, index="flat")) as backend:
+        async with open_backend(fresh_redis_url(redis_url, index="hnsw")) as backend:
             yield backend
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import redis
+from memkit_backends.redis._bulk import command
+from memkit_backends.redis._keys import collection_prefix
 
 from memkit import open_backend
 from memkit.errors import BackendError
 from memkit.testing import make_record
-from memkit_backends.redis._bulk import command
-from memkit_backends.redis._keys import collection_prefix
 from tests.conftest import fresh_redis_url
 
 pytestmark = pytest.mark.anyio

@@ -7,6 +7,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import msgspec
 import numpy as np
 import pytest
 
@@ -377,7 +378,7 @@ class BackendConformance(KeyValueConformance):
             probe = records[int(rng.integers(0, 1200))]
             ask = query(Scope(user_id="alice"), vector=unit(i), text=probe.text, weights=weights, now=now, k=10)
             top = [h.record.id for h in await backend.query(COLLECTION, ask)]
-            whole = await backend.query(COLLECTION, Query(**{**_fields(ask), "k": 1300}))
+            whole = await backend.query(COLLECTION, msgspec.structs.replace(ask, k=1300))
             assert {h.record.scope.user_id for h in whole} == {"alice"} and len(whole) == 1200
             shares.append(len(set(top) & {h.record.id for h in whole[:10]}) / 10)
         assert min(shares) >= 0.8 and sum(shares) / len(shares) >= 0.95, shares

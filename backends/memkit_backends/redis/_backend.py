@@ -3,8 +3,9 @@
 Needs Redis 8 or Redis Stack (the search module) for records; on a plain Redis the key-value face
 works and record calls raise ``CapabilityError``. URL options: ``connect_timeout`` (seconds, 5: also
 bounds ``open()``), ``retries`` (6: how often an operation is retried, with exponential backoff,
-after a lost connection), ``index=hnsw|flat`` (``flat``: exact brute-force KNN, no graph to maintain on
-insert).
+after a lost connection), ``index=flat|hnsw`` (default ``flat``: exact brute-force KNN over the rows
+passing the scope filter, no graph to maintain on insert, ingest ~5x faster; ``hnsw`` for scopes far
+larger than a scan serves).
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ class RedisBackend(Backend):
         )  # fmt: skip
         self._dims: dict[str, int | None] = {}
         self._has_search = False
-        self._index = url.options.get("index", "hnsw").upper()
+        self._index = url.options.get("index", "flat").upper()
         if self._index not in {"HNSW", "FLAT"}:
             raise InvalidURLError(f"index={self._index.lower()!r}: use hnsw or flat")
 
