@@ -334,7 +334,7 @@ class RedisBackend(Backend):
         search = HybridSearch(self._client, index_name(collection), collection_prefix(collection),
                               hnsw=self._index == "HNSW")  # fmt: skip
         try:
-            ranked = (await search.run(query)).rank(query)
+            ranked = await search.run(query)
         except BackendError as exc:
             if "no such index" in str(exc).lower() or "unknown index" in str(exc).lower():
                 return []  # another client dropped the collection meanwhile
