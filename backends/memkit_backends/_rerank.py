@@ -7,83 +7,132 @@ the best score such a row could reach; when the k-th hit beats the bound the
 answer is exact, otherwise the caller fetches deeper lists.
 
 Candidates carry only numbers (the server's similarity, text score,
-importance, timestamp, expiry): the kernel reranks them as one-dimensional
-"vectors" holding the similarity, so no embedding crosses the network, and
-full records are fetched for the final k alone.
+importance, timestamp, expiry), held as columns: the kernel reranks them as
+one-dimensional "vectors" holding the similarity, so no embedding crosses the
+network, and full records are fetched for the final k alone. Columns rather
+than an object per row: reading a few hundred rows per list was most of a
+query's client time.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 
 from memkit.backend import Query, Scores
 from memkit.scoring import Columns, ScoreParams, top_k
 
-__all__ = ["Candidate", "Candidates"]
+__all__ = ["NUMBER_COLUMNS", "Candidates", "Table", "numbers_table"]
 
+NUMBER_COLUMNS: Final = ("similarity", "importance", "timestamp", "expires_at")
+"""Columns of a candidate table, in order; expires_at is +inf for rows that never expire."""
+_SIMILARITY, _IMPORTANCE, _TIMESTAMP, _EXPIRES = range(4)
 _ONE = np.ones(1, np.float32)
 
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    similarity: float
-    importance: float
-    timestamp: float
-    expires_at: float | None
+Table = npt.NDArray[np.float64]
 
 
-@dataclass
+def numbers_table(rows: Sequence[Sequence[float | None]]) -> Table:
+    """A candidate table from (similarity, importance, timestamp, expires_at or None) rows."""
+    table = np.array(rows, dtype=np.float64).reshape(-1, 4)  # None becomes NaN
+    table[np.isnan(table[:, _EXPIRES]), _EXPIRES] = math.inf
+    return table
+
+
+def _recency(timestamps: Table, query: Query) -> Table:
+    return np.exp(-np.maximum(query.now - timestamps, 0.0) * (math.log(2.0) / query.half_life_s))
+
+
 class Candidates:
-    rows: dict[str, Candidate] = field(default_factory=dict)
-    lexical: dict[str, float] = field(default_factory=dict)
-    """Raw text-search score per id, for every row of the lexical list."""
-    similarity_floor: float | None = None
-    """Similarity of the last row of a full similarity list; None when the list held every row."""
-    lexical_floor: float | None = None
-    """Raw score of the last row of a full lexical list; None when it held every match."""
+    """Rows a server returned for one query: ids, a table of their numbers, and raw text scores."""
+
+    def __init__(self) -> None:
+        self.lexical: dict[str, float] = {}
+        """Raw text-search score per id, for every row of the lexical list."""
+        self.similarity_floor: float | None = None
+        """Similarity of the last row of a full similarity list; None when the list held every row."""
+        self.lexical_floor: float | None = None
+        """Raw score of the last row of a full lexical list; None when it held every match."""
+        self._ids: list[str] = []
+        self._position: dict[str, int] = {}
+        self._blocks: list[Table] = []
+        self._table: Table = np.empty((0, 4), np.float64)
+
+    def add(self, ids: Sequence[str], table: Table) -> None:
+        """Rows with their numbers (columns as ``NUMBER_COLUMNS``); an id already held keeps its first row."""
+        keep = []
+        for at, row_id in enumerate(ids):
+            if row_id not in self._position:
+                self._position[row_id] = len(self._ids)
+                self._ids.append(row_id)
+                keep.append(at)
+        if keep:
+            self._blocks.append(table if len(keep) == len(ids) else table[keep])
+
+    def __contains__(self, row_id: object) -> bool:
+        return row_id in self._position
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @property
+    def ids(self) -> list[str]:
+        return self._ids
+
+    @property
+    def table(self) -> Table:
+        if self._blocks:
+            self._table = np.concatenate([self._table, *self._blocks])
+            self._blocks = []
+        return self._table
+
+    def rows_of(self, ids: Sequence[str]) -> Table:
+        """A copy of the rows of ``ids`` (each must be held)."""
+        return self.table[[self._position[i] for i in ids]].reshape(-1, 4)
 
     def rank(self, query: Query) -> list[tuple[str, Scores]]:
         """The top ``query.k`` candidate ids by the fused kernel, with their per-signal scores."""
-        ids = sorted(self.rows)
-        if not ids:
+        n = len(self._ids)
+        if not n:
             return []
-        n = len(ids)
-        rows = [self.rows[i] for i in ids]
+        order = sorted(range(n), key=self._ids.__getitem__)  # ties break by id, as on every backend
+        table = self.table[order]
+        ids = [self._ids[at] for at in order]
         columns = Columns(
             n,
-            np.array([[r.similarity] for r in rows], np.float32),
+            np.ascontiguousarray(table[:, _SIMILARITY : _SIMILARITY + 1], np.float32),
             np.ones(n, np.float32),
-            np.array([r.importance for r in rows], np.float32),
-            np.array([r.timestamp for r in rows], np.float64),
-            np.array([math.inf if r.expires_at is None else r.expires_at for r in rows], np.float64),
+            np.ascontiguousarray(table[:, _IMPORTANCE], np.float32),
+            np.ascontiguousarray(table[:, _TIMESTAMP]),
+            np.ascontiguousarray(table[:, _EXPIRES]),
             np.ones(n, np.uint8),
             np.full((3, n), -1, np.int32),
         )
         top_lexical = max(self.lexical.values(), default=0.0)
         lexical = None
         if query.text and top_lexical > 0:
-            lexical = np.array([self.lexical.get(i, 0.0) / top_lexical for i in ids], np.float32)
+            lexical = (np.array([self.lexical.get(i, 0.0) for i in ids]) / top_lexical).astype(np.float32)
         w = query.weights
         params = ScoreParams(query.now, query.half_life_s, query.min_importance, w.similarity, w.lexical,
                              w.recency, w.importance, query.min_score)  # fmt: skip
         best = top_k(columns, params, query.k, query=_ONE if query.vector is not None else None, lexical=lexical)
+        rows = best.rows.tolist()
+        recency = _recency(table[rows, _TIMESTAMP], query).tolist()
         ranked = []
-        for row, final, similarity in zip(best.rows.tolist(), best.final.tolist(), best.similarity.tolist(),
-                                          strict=True):  # fmt: skip
-            candidate = rows[row]
-            age = max(query.now - candidate.timestamp, 0.0)
+        for at, (row, final, similarity) in enumerate(zip(rows, best.final.tolist(), best.similarity.tolist(),
+                                                          strict=True)):  # fmt: skip
             scores = Scores(final=final, similarity=similarity,
                             lexical=0.0 if lexical is None else float(lexical[row]),
-                            recency=0.5 ** (age / query.half_life_s), importance=candidate.importance)  # fmt: skip
+                            recency=recency[at], importance=float(table[row, _IMPORTANCE]))  # fmt: skip
             ranked.append((ids[row], scores))
         return ranked
 
     def unresolved(
-        self, query: Query, *, text_truncated: bool, text_rows: Mapping[str, Candidate] | None = None
+        self, query: Query, *, text_truncated: bool, text_rows: Candidates | None = None
     ) -> tuple[list[str], list[str]]:
         """Ids that need a second look, and only those that could still reach the top k.
 
@@ -93,36 +142,39 @@ class Candidates:
         guaranteed score cannot be in the top k, so it is not fetched (the threshold idea of Fagin's
         algorithms). ``text_rows`` holds the text matches' numbers where the server returned them.
         """
-        text_only = [i for i in self.lexical if i not in self.rows]
-        no_text = [i for i in self.rows if i not in self.lexical] if text_truncated else []
+        text_only = [i for i in self.lexical if i not in self._position]
+        no_text = [i for i in self._ids if i not in self.lexical] if text_truncated else []
         w = query.weights
-        if min(w.similarity, w.lexical, w.recency, w.importance) < 0 or len(self.rows) < query.k:
+        if min(w.similarity, w.lexical, w.recency, w.importance) < 0 or len(self._ids) < query.k:
             return text_only, no_text
         top = max(self.lexical.values(), default=0.0)
         scale = w.lexical / top if query.text and top > 0 else 0.0
-        ids = list(self.rows)
-        rows = [self.rows[i] for i in ids]
-        similarity = np.array([r.similarity for r in rows])
-        importance = np.array([r.importance for r in rows])
-        age = np.maximum(query.now - np.array([r.timestamp for r in rows]), 0.0)
-        partial = w.similarity * similarity + w.recency * np.exp(-age * (math.log(2.0) / query.half_life_s))
-        partial += w.importance * importance
-        guaranteed = partial + scale * np.array([self.lexical.get(i, 0.0) for i in ids])
+        table = self.table
+        partial = w.similarity * table[:, _SIMILARITY] + w.recency * _recency(table[:, _TIMESTAMP], query)
+        partial += w.importance * table[:, _IMPORTANCE]
+        guaranteed = partial + scale * np.array([self.lexical.get(i, 0.0) for i in self._ids])
+        guaranteed[table[:, _EXPIRES] <= query.now] = -math.inf  # the kernel drops expired rows
+        if int(np.count_nonzero(guaranteed > -math.inf)) < query.k:
+            return text_only, no_text
         threshold = float(np.partition(guaranteed, -query.k)[-query.k]) - 1e-6  # float32 kernel, float64 here
         if text_truncated and self.lexical_floor is not None:
-            best = partial + scale * self.lexical_floor
-            no_text = [i for i, b in zip(ids, best.tolist(), strict=True) if i not in self.lexical and b >= threshold]
+            best = (partial + scale * self.lexical_floor).tolist()
+            no_text = [i for i, b in zip(self._ids, best, strict=True) if i not in self.lexical and b >= threshold]
+        return [i for i, c in zip(text_only, self._ceilings(query, text_only, text_rows, scale), strict=True)
+                if c >= threshold], no_text  # fmt: skip
+
+    def _ceilings(self, query: Query, ids: list[str], known: Candidates | None, scale: float) -> list[float]:
+        """The best score each text match outside the similarity list could reach."""
+        w = query.weights
         best_similarity = self.similarity_floor if self.similarity_floor is not None else 0.0
-
-        def ceiling(row_id: str) -> float:
-            row = (text_rows or {}).get(row_id)
-            if row is None:
-                return w.similarity * best_similarity + w.recency + w.importance + scale * self.lexical[row_id]
-            recency = math.exp(-max(query.now - row.timestamp, 0.0) * (math.log(2.0) / query.half_life_s))
-            known = w.recency * recency + w.importance * row.importance + scale * self.lexical[row_id]
-            return w.similarity * best_similarity + known
-
-        return [i for i in text_only if ceiling(i) >= threshold], no_text
+        rest = np.full(len(ids), w.recency + w.importance)
+        if known is not None:
+            where = np.array([known._position.get(i, -1) for i in ids], np.int64)
+            found = where >= 0
+            rows = known.table[where[found]]
+            rest[found] = w.recency * _recency(rows[:, _TIMESTAMP], query) + w.importance * rows[:, _IMPORTANCE]
+        lexical = np.array([self.lexical[i] for i in ids], np.float64)
+        return (w.similarity * best_similarity + rest + scale * lexical).tolist()  # type: ignore[no-any-return]
 
     def is_exact(self, query: Query, ranked: list[tuple[str, Scores]]) -> bool:
         """True when no row outside the candidates can outscore the k-th hit."""

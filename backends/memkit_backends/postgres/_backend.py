@@ -24,7 +24,7 @@ import numpy as np
 from memkit.backend import Backend, Capabilities, FilterValue, Hit, Page, Query, Record, Scope, StorageURL
 from memkit.errors import BackendError, BackendUnavailableError, DimensionMismatchError, InvalidURLError
 from memkit.text import tokenize
-from memkit_backends._rerank import Candidate, Candidates
+from memkit_backends._rerank import Candidates, numbers_table
 from memkit_backends._retry import retrying
 from memkit_backends.postgres._sql import (
     RECORD_COLUMNS,
@@ -93,8 +93,9 @@ def _record(row: Mapping[str, Any]) -> Record:
     )
 
 
-def _candidate(row: Mapping[str, Any]) -> Candidate:
-    return Candidate(float(row["sim"]), float(row["importance"]), float(row["ts"]), row["expires_at"])
+def _add_candidates(candidates: Candidates, rows: Sequence[Mapping[str, Any]]) -> None:
+    table = numbers_table([(row["sim"], row["importance"], row["ts"], row["expires_at"]) for row in rows])
+    candidates.add([row["id"] for row in rows], table)
 
 
 class PostgresBackend(Backend):
@@ -400,7 +401,7 @@ class PostgresBackend(Backend):
         lex = f"ts_rank(tsv, to_tsquery('simple', {where.bind(' | '.join(tokens))}))" if tokens else "0.0"
         rows = await conn.fetch(f"SELECT id, {sim} AS sim, {lex} AS lex, importance, ts, expires_at FROM {table} "
                                 f"WHERE {where.sql()}", *where.params)  # fmt: skip
-        candidates.rows.update({row["id"]: _candidate(row) for row in rows})
+        _add_candidates(candidates, rows)
         candidates.lexical.update({row["id"]: float(row["lex"]) for row in rows if row["lex"] > 0})
 
     async def _similar(
@@ -418,7 +419,7 @@ class PostgresBackend(Backend):
             await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
             await conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(depth, 40), 1000)}")
             rows = await conn.fetch(sql, *where.params)
-        candidates.rows.update({row["id"]: _candidate(row) for row in rows})
+        _add_candidates(candidates, rows)
         if len(rows) == depth:
             candidates.similarity_floor = float(rows[-1]["sim"])
 
@@ -438,7 +439,7 @@ class PostgresBackend(Backend):
         )
         rows = await conn.fetch(sql, *where.params)
         candidates.lexical.update({row["id"]: float(row["lex"]) for row in rows})
-        candidates.rows.update({row["id"]: _candidate(row) for row in rows})
+        _add_candidates(candidates, rows)
         if depth is not None and len(rows) == depth:
             candidates.lexical_floor = float(rows[-1]["lex"])
 

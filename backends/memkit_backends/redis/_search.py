@@ -13,7 +13,7 @@ RESP3 maps, most of a query's client time.
 
 from __future__ import annotations
 
-import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -26,7 +26,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from memkit.backend import Query, Scores
 from memkit.errors import BackendError
 from memkit.text import tokenize
-from memkit_backends._rerank import Candidate, Candidates
+from memkit_backends._rerank import Candidates, Table
 from memkit_backends.redis._keys import NONE_EXPIRY, query_clauses
 
 __all__ = ["HybridSearch", "Row", "parse_rows", "prefilter"]
@@ -45,7 +45,6 @@ _NUMBER_NAMES: Final = tuple(name.encode() for name in _NUMBERS)
 
 Row = tuple[str, float, dict[bytes, bytes]]
 """Record id, text score (0.0 without WITHSCORES), returned fields."""
-CandidateRow = tuple[str, float, Candidate]
 
 
 def parse_rows(reply: Sequence[Any], prefix_len: int, *, with_scores: bool, with_fields: bool = True) -> list[Row]:
@@ -61,30 +60,26 @@ def parse_rows(reply: Sequence[Any], prefix_len: int, *, with_scores: bool, with
     return rows
 
 
-def candidate_rows(reply: Sequence[Any], prefix_len: int, *, with_scores: bool, distance: bool) -> list[CandidateRow]:
-    """Rows returning ``(dist,) imp, ts, exp`` (in RETURN order) as candidates, unpacked by position: the
-    reply is most of a query's client time, and this halves reading it against a dict per row."""
+def candidate_table(
+    reply: Sequence[Any], prefix_len: int, *, with_scores: bool, distance: bool
+) -> tuple[list[str], list[float], Table]:
+    """Rows returning ``(dist,) imp, ts, exp`` (in RETURN order): ids, text scores (with_scores) and a
+    candidate table, read by position: the reply is most of a query's client time."""
     items = reply[1:]
     step = 2 + int(with_scores)
     names = (b"dist", *_NUMBER_NAMES) if distance else _NUMBER_NAMES
-    rows: list[CandidateRow] = []
-    for at in range(0, len(items), step):
-        flat = items[at + step - 1]
-        if len(flat) != 2 * len(names) or (at == 0 and tuple(flat[::2]) != names):
-            return _candidate_rows_by_name(reply, prefix_len, with_scores=with_scores, distance=distance)
-        values = flat[1::2]
-        expires = float(values[-1])
-        rows.append((items[at][prefix_len:].decode(), float(items[at + 1]) if with_scores else 0.0, Candidate(
-            1.0 - float(values[0]) if distance else 0.0, float(values[-3]), float(values[-2]),
-            None if expires >= NONE_EXPIRY else expires)))  # fmt: skip
-    return rows
-
-
-def _candidate_rows_by_name(
-    reply: Sequence[Any], prefix_len: int, *, with_scores: bool, distance: bool
-) -> list[CandidateRow]:
-    return [(rid, score, _candidate(fields, 1.0 - float(fields[b"dist"]) if distance else 0.0))
-            for rid, score, fields in parse_rows(reply, prefix_len, with_scores=with_scores)]  # fmt: skip
+    flats = items[step - 1 :: step]
+    if any(len(flat) != 2 * len(names) for flat in flats) or (flats and tuple(flats[0][::2]) != names):
+        rows = parse_rows(reply, prefix_len, with_scores=with_scores)
+        flats = [[x for name in names for x in (name, fields[name])] for _, _, fields in rows]
+    values = np.array([float(x) for flat in flats for x in flat[1::2]], np.float64).reshape(-1, len(names))
+    table = np.empty((len(flats), 4), np.float64)
+    table[:, 0] = 1.0 - values[:, 0] if distance else 0.0
+    table[:, 1:] = values[:, -3:]
+    table[table[:, 3] >= NONE_EXPIRY, 3] = math.inf
+    ids = [key[prefix_len:].decode() for key in items[0::step]]
+    scores = [float(score) for score in items[1::step]] if with_scores else []
+    return ids, scores, table
 
 
 def prefilter(query: Query) -> str:
@@ -95,16 +90,6 @@ def prefilter(query: Query) -> str:
     if query.min_importance > 0:
         clauses.append(f"@imp:[{query.min_importance!r} +inf]")
     return " ".join(clauses) or "*"
-
-
-def _with_similarity(row: Candidate, similarity: float) -> Candidate:
-    return dataclasses.replace(row, similarity=similarity)
-
-
-def _candidate(fields: dict[bytes, bytes], similarity: float) -> Candidate:
-    expires = float(fields[b"exp"])
-    importance, timestamp = float(fields[b"imp"]), float(fields[b"ts"])
-    return Candidate(similarity, importance, timestamp, None if expires >= NONE_EXPIRY else expires)
 
 
 class HybridSearch:
@@ -144,11 +129,12 @@ class HybridSearch:
         plen = len(self._prefix)
         while tokens and depth < size:
             (reply,) = await self.pipeline([self._text(where, tokens, depth, _NUMBERS)])
-            matches = parse_rows(reply, plen, with_scores=True)
-            candidates = Candidates(lexical={rid: score for rid, score, _ in matches})
-            candidates.rows = {rid: _candidate(fields, 0.0) for rid, _, fields in matches}
-            if len(matches) == depth:
-                candidates.lexical_floor = min(candidates.lexical.values())
+            ids, scores, table = candidate_table(reply, plen, with_scores=True, distance=False)
+            candidates = Candidates()
+            candidates.add(ids, table)
+            candidates.lexical = dict(zip(ids, scores, strict=True))
+            if len(ids) == depth:
+                candidates.lexical_floor = min(scores)
             if candidates.is_exact(query, candidates.rank(query)):
                 return candidates
             depth *= 4
@@ -157,9 +143,8 @@ class HybridSearch:
         commands = [scan, self._text(where, tokens, max(size, 1), ())] if tokens else [scan]
         replies = await self.pipeline(commands)
         candidates = Candidates()
-        candidates.rows = {
-            rid: _candidate(fields, 0.0) for rid, _, fields in parse_rows(replies[0], plen, with_scores=False)
-        }
+        ids, _, table = candidate_table(replies[0], plen, with_scores=False, distance=False)
+        candidates.add(ids, table)
         if tokens:
             rows = parse_rows(replies[1], plen, with_scores=True, with_fields=False)
             candidates.lexical = {rid: score for rid, score, _ in rows}
@@ -177,23 +162,27 @@ class HybridSearch:
             commands.append(self._text(where, tokens, depth, _NUMBERS))
         replies = await self.pipeline(commands)
         plen = len(self._prefix)
-        nearest = candidate_rows(replies[0], plen, with_scores=False, distance=True)
-        matches = candidate_rows(replies[1], plen, with_scores=True, distance=False) if tokens else []
-        candidates = Candidates(lexical={rid: score for rid, score, _ in matches})
-        candidates.rows = {rid: row for rid, _, row in nearest}
+        candidates = Candidates()
+        nearest, _, table = candidate_table(replies[0], plen, with_scores=False, distance=True)
+        candidates.add(nearest, table)
         if len(nearest) == depth:
-            candidates.similarity_floor = min(c.similarity for c in candidates.rows.values())
-        if len(matches) == depth:
-            candidates.lexical_floor = min(candidates.lexical.values())
-        pending = {rid: row for rid, _, row in matches if rid not in candidates.rows}
-        text_only, no_text = candidates.unresolved(query, text_truncated=len(matches) == depth, text_rows=pending)
-        chosen = {rid: pending[rid] for rid in text_only}
-        await self._fill(where, vector, tokens=tokens, candidates=candidates, text_only=chosen, no_text=no_text)
+            candidates.similarity_floor = float(table[:, 0].min())
+        text_rows = Candidates()
+        if tokens:
+            matches, scores, table = candidate_table(replies[1], plen, with_scores=True, distance=False)
+            text_rows.add(matches, table)
+            candidates.lexical = dict(zip(matches, scores, strict=True))
+            if len(matches) == depth:
+                candidates.lexical_floor = min(scores)
+        text_only, no_text = candidates.unresolved(query, text_truncated=candidates.lexical_floor is not None,
+                                                   text_rows=text_rows)  # fmt: skip
+        await self._fill(where, vector, tokens=tokens, candidates=candidates, text_only=text_only,
+                         text_rows=text_rows, no_text=no_text)  # fmt: skip
         return candidates
 
     async def _fill(
-        self, where: str, vector: bytes, *, tokens: list[str], candidates: Candidates,
-        text_only: dict[str, Candidate], no_text: list[str],
+        self, where: str, vector: bytes, *, tokens: list[str], candidates: Candidates, text_only: list[str],
+        text_rows: Candidates, no_text: list[str],
     ) -> None:  # fmt: skip
         """The similarity of text matches outside the KNN list; the text score of KNN rows outside a
         truncated text list. Rows left out cannot reach the top k (``Candidates.unresolved``)."""
@@ -212,8 +201,9 @@ class HybridSearch:
             similarity = {
                 rid: 1.0 - float(f[b"dist"]) for rid, _, f in parse_rows(next(replies), plen, with_scores=False)
             }
-            for rid, row in text_only.items():  # a row without a vector has similarity 0, as in memory://
-                candidates.rows[rid] = _with_similarity(row, similarity.get(rid, 0.0))
+            table = text_rows.rows_of(text_only)
+            table[:, 0] = [similarity.get(rid, 0.0) for rid in text_only]  # no vector: 0, as in memory://
+            candidates.add(text_only, table)
         if no_text:
             for rid, score, _ in parse_rows(next(replies), plen, with_scores=True, with_fields=False):
                 candidates.lexical[rid] = score
