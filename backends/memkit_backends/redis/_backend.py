@@ -280,6 +280,8 @@ class RedisBackend(Backend):
     @retrying
     async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
         self._require_search()
+        if not ids:
+            return []
         prefix = collection_prefix(collection)
         async with self._client.pipeline(transaction=False) as pipe:
             for record_id in ids:
