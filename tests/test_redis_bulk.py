@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 from memkit_backends.redis._bulk import command
-from memkit_backends.redis._keys import collection_prefix
+from memkit_backends.redis._keys import collection_prefix, index_name
 
 from memkit import open_backend
 from memkit.errors import BackendError
@@ -29,3 +29,23 @@ async def test_refused_write_raises_and_the_connection_stays_usable(redis_url: s
         for _ in range(5):  # the pool's connections still answer in order
             await backend.upsert("c", [make_record(f"after{_}", seed=3)])
         assert [r.id for r in await backend.get("c", ["after4", "ok"])] == ["after4", "ok"]
+
+
+async def test_records_written_during_the_index_scan_are_indexed_once(redis_url: str) -> None:
+    # FT.CREATE makes RediSearch scan every key in the background, indexing again any matching key it
+    # meets: records written before that scan ends were indexed twice (HNSW queries at ~50 ms).
+    url = fresh_redis_url(redis_url, index="hnsw")
+    client = redis.Redis.from_url(url.split("?")[0])
+    with client.pipeline(transaction=False) as pipe:
+        for start in range(0, 100_000, 10_000):
+            pipe.mset({f"other:{i}": b"x" for i in range(start, start + 10_000)})
+        pipe.execute()
+    async with open_backend(url) as backend:
+        await backend.ensure_collection("c", 8)
+        for start in range(0, 2_000, 500):
+            await backend.upsert("c", [make_record(f"r{i}", seed=i) for i in range(start, start + 500)])
+    info = client.execute_command("FT.INFO", index_name("c"))
+    stats = info if isinstance(info, dict) else dict(zip(info[::2], info[1::2], strict=False))
+    stats = {(k if isinstance(k, str) else k.decode()): v for k, v in stats.items()}
+    assert (int(stats["num_docs"]), int(stats["max_doc_id"])) == (2_000, 2_000)
+    client.close()
