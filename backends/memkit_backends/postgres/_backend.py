@@ -386,7 +386,7 @@ class PostgresBackend(Backend):
             await self._score_all(conn, table, base, query, tokens=tokens, candidates=candidates)
             return candidates
         if query.vector is not None:
-            await self._similar(conn, table, base, query, depth=depth, candidates=candidates)
+            await self._similar(conn, table, base, query, tokens, depth=depth, candidates=candidates)
         if tokens:
             await self._lexical(conn, table, base, query, tokens, depth=depth, candidates=candidates)
         return candidates
@@ -405,14 +405,23 @@ class PostgresBackend(Backend):
         candidates.lexical.update({row["id"]: float(row["lex"]) for row in rows if row["lex"] > 0})
 
     async def _similar(
-        self, conn: Any, table: str, base: Where, query: Query, *, depth: int, candidates: Candidates
-    ) -> None:
+        self, conn: Any, table: str, base: Where, query: Query, tokens: list[str], *, depth: int,
+        candidates: Candidates,
+    ) -> None:  # fmt: skip
+        """The nearest rows in scope, each with its text score: a row the (truncated) text list misses
+        may still match the text a little, and ranking it as a non-match would misplace it."""
         where = Where(list(base.clauses), list(base.params))
         where.add("embedding IS NOT NULL")
         vector = f"{where.bind(np.asarray(query.vector, dtype=np.float32))}::vector::{self._vector_type}"
+        lex = "0.0"
+        if tokens:  # word characters only, so joining them with '|' cannot inject tsquery syntax
+            tsquery = f"to_tsquery('simple', {where.bind(' | '.join(tokens))})"
+            lex = f"CASE WHEN tsv @@ {tsquery} THEN ts_rank(tsv, {tsquery}) ELSE 0.0 END"
+        # The text score is computed in the outer query, for the nearest rows only.
         sql = (
-            f"SELECT id, 1 - (embedding <=> {vector}) AS sim, importance, ts, expires_at FROM {table} "
-            f"WHERE {where.sql()} ORDER BY embedding <=> {vector} LIMIT {where.bind(depth)}"
+            f"SELECT id, sim, importance, ts, expires_at, {lex} AS lex FROM ("
+            f"SELECT id, tsv, 1 - (embedding <=> {vector}) AS sim, importance, ts, expires_at FROM {table} "
+            f"WHERE {where.sql()} ORDER BY embedding <=> {vector} LIMIT {where.bind(depth)}) nearest ORDER BY sim DESC"
         )
         async with conn.transaction():
             # pgvector 0.8: keep scanning the HNSW graph until enough rows pass the filters.
@@ -420,6 +429,7 @@ class PostgresBackend(Backend):
             await conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(depth, 40), 1000)}")
             rows = await conn.fetch(sql, *where.params)
         _add_candidates(candidates, rows)
+        candidates.lexical.update({row["id"]: float(row["lex"]) for row in rows if row["lex"] > 0})
         if len(rows) == depth:
             candidates.similarity_floor = float(rows[-1]["sim"])
 
