@@ -57,10 +57,17 @@ class Candidates:
         """Similarity of the last row of a full similarity list; None when the list held every row."""
         self.lexical_floor: float | None = None
         """Raw score of the last row of a full lexical list; None when it held every match."""
+        self.lexical_top: float | None = None
+        """The best raw text score in the query's scope, where filters kept it out of ``lexical``."""
         self._ids: list[str] = []
         self._position: dict[str, int] = {}
         self._blocks: list[Table] = []
         self._table: Table = np.empty((0, 4), np.float64)
+
+    def top_lexical(self) -> float:
+        """What text scores are divided by: the best in scope whatever the filters, as on every backend
+        (a filtered query's scores then compare with an unfiltered one's, which the neighbour boost needs)."""
+        return max(self.lexical_top or 0.0, max(self.lexical.values(), default=0.0))
 
     def add(self, ids: Sequence[str], table: Table) -> None:
         """Rows with their numbers (columns as ``NUMBER_COLUMNS``); an id already held keeps its first row."""
@@ -112,7 +119,7 @@ class Candidates:
             np.ones(n, np.uint8),
             np.full((3, n), -1, np.int32),
         )
-        top_lexical = max(self.lexical.values(), default=0.0)
+        top_lexical = self.top_lexical()
         lexical = None
         if query.text and top_lexical > 0:
             lexical = (np.array([self.lexical.get(i, 0.0) for i in ids]) / top_lexical).astype(np.float32)
@@ -147,7 +154,7 @@ class Candidates:
         w = query.weights
         if min(w.similarity, w.lexical, w.recency, w.importance) < 0 or len(self._ids) < query.k:
             return text_only, no_text
-        top = max(self.lexical.values(), default=0.0)
+        top = self.top_lexical()
         scale = w.lexical / top if query.text and top > 0 else 0.0
         table = self.table
         partial = w.similarity * table[:, _SIMILARITY] + w.recency * _recency(table[:, _TIMESTAMP], query)
@@ -185,7 +192,7 @@ class Candidates:
             return False
         weights = query.weights
         best_similarity = self.similarity_floor if has_vector and self.similarity_floor is not None else 0.0
-        top_lexical = max(self.lexical.values(), default=0.0)
+        top_lexical = self.top_lexical()
         best_lexical = 0.0
         if query.text and top_lexical > 0 and self.lexical_floor is not None:
             best_lexical = self.lexical_floor / top_lexical

@@ -295,6 +295,47 @@ class BackendConformance(KeyValueConformance):
         assert hits[1].record.id == "t3" and 0 < hits[1].scores.lexical < 1
         assert hits[2].scores.lexical == 0.0
 
+    async def test_text_scores_do_not_depend_on_other_users(self, backend: Backend) -> None:
+        """A user's text ranking is the same alone and among other users' records of the same lengths (a
+        server that scored the scope clause as a search term would favour the user's short records)."""
+        _require(backend, "text_search")
+        lengths = [n + 1 + i % 3 for i, n in enumerate([2, 3, 5, 8, 12, 16, 20, 24])]
+        # Half the user's records lack the query's word, so its document frequency differs from the scope's size.
+        mine = [make_record(f"a{i}", text=" ".join(["apple"] * (1 + i % 3) + ["pear"] * (n - 1 - i % 3)))
+                for i, n in enumerate(lengths)]  # fmt: skip
+        mine += [make_record(f"b{i}", text=" ".join(["pear"] * n)) for i, n in enumerate(lengths)]
+        # Other users' records mirror the user's word for word, in other words: lengths and statistics match.
+        others = [make_record(f"o{u}-{r.id}", user=f"other{u}", text=(r.text or "").replace("apple", "plum"))
+                  for u in range(30) for r in mine]  # fmt: skip
+        lexical_only = Weights(similarity=0.0, lexical=1.0, recency=0.0, importance=0.0)
+        ask = query(Scope(user_id="alice"), text="apple", k=len(lengths), weights=lexical_only)
+        scores = []
+        for collection, records in ((COLLECTION, mine), (COLLECTION + "-shared", mine + others)):
+            await backend.ensure_collection(collection, DIM)
+            await backend.upsert(collection, records)
+            scores.append({h.record.id: h.scores.lexical for h in await backend.query(collection, ask)})
+        alone, shared = scores
+        assert alone.keys() == {f"a{i}" for i in range(len(lengths))}
+        assert shared.keys() == alone.keys() and all(abs(shared[i] - alone[i]) < 1e-4 for i in alone), (alone, shared)
+
+    async def test_filters_do_not_rescale_text_scores(self, backend: Backend) -> None:
+        """Text scores are scaled by the best match in the query's scope, whatever its filters: a filtered
+        query's scores then compare with an unfiltered one's (the neighbour boost adds them up)."""
+        _require(backend, "text_search")
+        await backend.ensure_collection(COLLECTION, DIM)
+        texts = ["apple apple apple", "apple pear", "apple pear plum fig", "pear plum", "apple kiwi", "kiwi"]
+        records = [make_record(f"r{i}", text=text, seed=i, fields={"group": "best" if i == 0 else "rest"})
+                   for i, text in enumerate(texts)]  # fmt: skip
+        await backend.upsert(COLLECTION, records)
+        ask = query(Scope(user_id="alice"), vector=unit(7), text="apple", k=len(texts))
+        everything = {h.record.id: h.scores for h in await backend.query(COLLECTION, ask)}
+        filtered = await backend.query(COLLECTION, msgspec.structs.replace(ask, filters={"group": "rest"}))
+        assert {h.record.id for h in filtered} == {f"r{i}" for i in range(1, len(texts))}
+        for hit in filtered:
+            want = everything[hit.record.id]
+            assert abs(hit.scores.lexical - want.lexical) < 1e-5, (hit.record.id, hit.scores, want)
+            assert abs(hit.scores.final - want.final) < 1e-5
+
     async def test_text_search_is_not_query_syntax(self, backend: Backend) -> None:
         _require(backend, "text_search")
         await backend.ensure_collection(COLLECTION, DIM)

@@ -382,6 +382,8 @@ class PostgresBackend(Backend):
         base = self._base_where(query)
         tokens = sorted(set(tokenize(query.text or "")))
         candidates = Candidates()
+        if tokens and query.filters:
+            candidates.lexical_top = await self._best_text_score(conn, table, query, tokens)
         if depth is None:
             await self._score_all(conn, table, base, query, tokens=tokens, candidates=candidates)
             return candidates
@@ -390,6 +392,14 @@ class PostgresBackend(Backend):
         if tokens:
             await self._lexical(conn, table, base, query, tokens, depth=depth, candidates=candidates)
         return candidates
+
+    async def _best_text_score(self, conn: Any, table: str, query: Query, tokens: list[str]) -> float:
+        """The best text score in the query's scope, filters aside: what every text score is divided by."""
+        where = Where().scope(query.scope).alive(query.now)
+        tsquery = f"to_tsquery('simple', {where.bind(' | '.join(tokens))})"  # word characters only
+        where.add(f"tsv @@ {tsquery}")
+        sql = f"SELECT max(ts_rank(tsv, {tsquery})) FROM {table} WHERE {where.sql()}"
+        return float(await conn.fetchval(sql, *where.params) or 0.0)
 
     async def _score_all(
         self, conn: Any, table: str, base: Where, query: Query, *, tokens: list[str], candidates: Candidates

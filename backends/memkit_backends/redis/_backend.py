@@ -10,13 +10,11 @@ larger than a scan serves).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Final
 
 import anyio
 import msgspec
-import numpy as np
 import redis.asyncio as aioredis
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -32,22 +30,34 @@ from memkit.errors import (
     DimensionMismatchError,
     InvalidURLError,
 )
-from memkit.text import tokenize
 from memkit_backends._retry import retrying
 from memkit_backends.redis import _bulk as bulk
-from memkit_backends.redis._keys import (
-    NONE_EXPIRY,
-    collection_prefix,
-    filter_tags,
-    index_name,
-    query_clauses,
-    tag,
+from memkit_backends.redis._codec import (
+    decode_record,
+    encode_record,
+    same_indexed_fields,
+    scope_from_hash,
+    scope_numbers,
 )
+from memkit_backends.redis._keys import SCOPE_NUMBERS, body_prefix_of, collection_prefix, index_name, query_clauses
 from memkit_backends.redis._search import HybridSearch, parse_rows
 
 __all__ = ["RedisBackend"]
 
 _NO_SEARCH = "this Redis has no search module; records need Redis 8 or Redis Stack (key-value works without it)"
+
+
+_SCOPE_NUMBER_SCHEMA: Final = tuple(x for field, _ in SCOPE_NUMBERS for x in (field, "NUMERIC"))
+
+
+async def _scan_keys(client: aioredis.Redis, pattern: str) -> AsyncIterator[list[bytes | str]]:
+    cursor = 0
+    while True:
+        cursor, keys = await client.scan(cursor, match=pattern, count=1000)
+        if keys:
+            yield keys
+        if cursor == 0:
+            return
 
 
 def _pairs(reply: Any) -> dict[Any, Any]:
@@ -57,51 +67,8 @@ def _pairs(reply: Any) -> dict[Any, Any]:
     return dict(zip(reply[::2], reply[1::2], strict=False))
 
 
-def _scope(raw: Mapping[bytes, bytes]) -> Scope:
-    if b"scope" in raw:
-        user_id, agent_id, session_id = json.loads(raw[b"scope"])
-        return Scope(user_id=user_id, agent_id=agent_id, session_id=session_id)
-    return Scope(  # written before the scope field (one field per id, absent when None)
-        user_id=raw[b"uid"].decode() if b"uid" in raw else None,
-        agent_id=raw[b"aid"].decode() if b"aid" in raw else None,
-        session_id=raw[b"sid"].decode() if b"sid" in raw else None,
-    )
-
-
-def _record(raw: Mapping[bytes, bytes]) -> Record:
-    vector = raw.get(b"emb")
-    expires = float(raw[b"exp"])
-    return Record(
-        id=raw[b"rid"].decode(),
-        scope=_scope(raw),
-        body=raw[b"body"],
-        text=raw[b"text"].decode() or None if b"text" in raw else None,
-        vector=None if vector is None else np.frombuffer(vector, dtype=np.float32).copy(),
-        importance=float(raw[b"imp"]),
-        timestamp=float(raw[b"ts"]),
-        expires_at=None if expires >= NONE_EXPIRY else expires,
-        fields=json.loads(raw[b"fields"]),
-    )
-
-
 def _as_bytes(value: Any) -> bytes:
     return value.encode() if isinstance(value, str) else bytes(value)
-
-
-def _mapping(record: Record) -> dict[str, bytes | str | float]:
-    """Every field but ``emb`` is always written, empty when unset: a record with a vector replaces an
-    older version with one HSET, no DEL first (which halved bulk ingest)."""
-    scope = record.scope
-    return {
-        "rid": record.id, "body": record.body, "imp": record.importance, "ts": record.timestamp,
-        "exp": NONE_EXPIRY if record.expires_at is None else record.expires_at,
-        "fields": json.dumps(record.fields), "flt": filter_tags(record.fields),
-        "scope": json.dumps([scope.user_id, scope.agent_id, scope.session_id]),
-        **{short: "" if value is None else tag("scope", value)
-           for short, value in (("u", scope.user_id), ("a", scope.agent_id), ("s", scope.session_id))},
-        "text": record.text or "", "tokens": " ".join(tokenize(record.text)) if record.text else "",
-        **({} if record.vector is None else {"emb": np.ascontiguousarray(record.vector, dtype=np.float32).tobytes()}),
-    }  # fmt: skip
 
 
 class RedisBackend(Backend):
@@ -120,6 +87,8 @@ class RedisBackend(Backend):
             retry_on_error=[RedisConnectionError, RedisTimeoutError], protocol=2,
         )  # fmt: skip
         self._dims: dict[str, int | None] = {}
+        self._scope_numbers: set[str] = set()
+        """Collections whose index has the numeric scope fields (created by this version or upgraded)."""
         self._has_search = False
         self._index = url.options.get("index", "flat").upper()
         if self._index not in {"HNSW", "FLAT"}:
@@ -165,10 +134,14 @@ class RedisBackend(Backend):
         except ResponseError:
             return False, None
         dim = None
+        names = set()
         for attribute in _pairs(info).get(b"attributes", []):
             pairs = _pairs(attribute)
+            names.add(_as_bytes(pairs.get(b"attribute", b"")))
             if _as_bytes(pairs.get(b"type", b"")) == b"VECTOR":
                 dim = int(pairs.get(b"dim", 0)) or None
+        if b"un" in names:
+            self._scope_numbers.add(collection)
         self._dims[collection] = dim
         return True, dim
 
@@ -176,6 +149,8 @@ class RedisBackend(Backend):
     async def ensure_collection(self, name: str, dim: int | None) -> None:
         self._require_search()
         exists, have = await self._dim(name)
+        if exists and name not in self._scope_numbers:
+            await self._add_scope_numbers(name)
         if exists and (dim is None or have == dim):
             return
         if have is not None and dim is not None and have != dim:
@@ -185,6 +160,7 @@ class RedisBackend(Backend):
             "tokens", "TEXT", "NOSTEM",
             # SORTABLE: returned from the index, not read from each hash (-0.5 ms per 300-row list at 100k)
             "imp", "NUMERIC", "SORTABLE", "ts", "NUMERIC", "SORTABLE", "exp", "NUMERIC", "SORTABLE",
+            *_SCOPE_NUMBER_SCHEMA,
         ]  # fmt: skip
         vector = ["emb", "VECTOR", self._index, "6", "TYPE", "FLOAT32", "DIM", str(dim), "DISTANCE_METRIC", "COSINE"]
         if dim is not None:
@@ -195,6 +171,7 @@ class RedisBackend(Backend):
             else:
                 await self._call("FT.CREATE", index_name(name), "ON", "HASH", "PREFIX", "1",
                                  collection_prefix(name), "STOPWORDS", "0", "SCHEMA", *schema)  # fmt: skip
+                self._scope_numbers.add(name)
         except BackendError as exc:
             # Another client created or altered the index first: take what is there and check it.
             if "already exists" not in str(exc) and "Duplicate field" not in str(exc):
@@ -210,6 +187,31 @@ class RedisBackend(Backend):
             dim = have
         await self._await_scan(name)
         self._dims[name] = dim
+
+    async def _add_scope_numbers(self, name: str) -> None:
+        """Upgrade an index made before the numeric scope fields: add them, then write them into every
+        record (SCAN over the collection's keys), so text queries find old records too."""
+        try:
+            await self._call("FT.ALTER", index_name(name), "SCHEMA", "ADD", *_SCOPE_NUMBER_SCHEMA)
+        except BackendError as exc:
+            if "Duplicate field" not in str(exc):  # another client upgraded it first
+                raise
+        await self._await_scan(name)
+        async for keys in _scan_keys(self._client, collection_prefix(name) + "*"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hmget(key, ["scope", "uid", "aid", "sid"])
+                raws = await pipe.execute(raise_on_error=False)
+            async with self._client.pipeline(transaction=False) as pipe:
+                for key, fields in zip(keys, raws, strict=True):
+                    if isinstance(fields, ResponseError):
+                        continue  # not a hash: not a record
+                    scope_json, uid, aid, sid = fields
+                    raw = {b"scope": scope_json} if scope_json else {b"uid": uid, b"aid": aid, b"sid": sid}
+                    numbers: dict[str, int] = scope_numbers(scope_from_hash({k: v for k, v in raw.items() if v}))
+                    pipe.hset(key, mapping=numbers)  # type: ignore[arg-type]  # dict is invariant
+                await pipe.execute()
+        self._scope_numbers.add(name)
 
     async def _await_scan(self, name: str) -> None:
         """Wait until a new or altered index has scanned the keyspace for records it should hold.
@@ -237,13 +239,14 @@ class RedisBackend(Backend):
         if dims and have is not None and have not in dims:
             raise DimensionMismatchError(f"collection {collection!r} holds {have}-dimensional vectors")
         await self.ensure_collection(collection, next(iter(dims), None))
-        prefix = collection_prefix(collection)
+        prefix, body_prefix = collection_prefix(collection), body_prefix_of(collection)
         commands = []
         for record in records:
             key = prefix + record.id
             if record.vector is None:
                 commands.append(bulk.command("DEL", key))  # a replaced record must not keep an old vector
-            commands.append(bulk.hset(key, _mapping(record)))
+            commands.append(bulk.hset(key, encode_record(record)))
+            commands.append(bulk.command("SET", body_prefix + record.id, record.body))
         try:
             await bulk.transaction(self._client, commands)
         except (RedisConnectionError, RedisTimeoutError) as exc:
@@ -255,16 +258,21 @@ class RedisBackend(Backend):
         _, have = await self._dim(collection)
         if record.vector is not None and have is not None and int(record.vector.shape[0]) != have:
             raise DimensionMismatchError(f"collection {collection!r} holds {have}-dimensional vectors")
-        key = collection_prefix(collection) + record.id
+        key, body_key = collection_prefix(collection) + record.id, body_prefix_of(collection) + record.id
         async with self._client.pipeline(transaction=True) as pipe:
             try:
-                await pipe.watch(key)  # WATCH/MULTI: EXEC fails if anyone touched the key meanwhile
-                if await pipe.hget(key, "body") != expected_body:
+                await pipe.watch(key, body_key)  # WATCH/MULTI: EXEC fails if anyone touched them meanwhile
+                raw: dict[bytes, bytes] = await pipe.hgetall(key)  # type: ignore[assignment]  # bytes replies
+                body: bytes | None = await pipe.get(body_key)  # type: ignore[assignment]
+                current = decode_record(raw, body) if raw else None
+                if current is None or current.body != expected_body:
                     await pipe.unwatch()  # type: ignore[no-untyped-call]
                     return False
                 pipe.multi()  # type: ignore[no-untyped-call]
-                pipe.delete(key)
-                pipe.hset(key, mapping=_mapping(record))  # type: ignore[arg-type]  # dict is invariant
+                if not same_indexed_fields(current, record):  # a body-only change leaves the index alone
+                    pipe.delete(key)
+                    pipe.hset(key, mapping=encode_record(record))  # type: ignore[arg-type]  # dict is invariant
+                pipe.set(body_key, record.body)
                 await pipe.execute()
             except WatchError:
                 return False
@@ -277,7 +285,8 @@ class RedisBackend(Backend):
         found = await self.get(collection, ids, scope)
         if not found:
             return 0
-        prefix = collection_prefix(collection)
+        prefix, body_prefix = collection_prefix(collection), body_prefix_of(collection)
+        await self._call("DEL", *(body_prefix + r.id for r in found))
         return int(await self._call("DEL", *(prefix + r.id for r in found)))
 
     @retrying
@@ -288,6 +297,7 @@ class RedisBackend(Backend):
             ids = await self._search_ids(collection, f"@exp:[-inf {now!r}]", 1000)
             if not ids:
                 return total
+            await self._call("DEL", *(body_prefix_of(collection) + i for i in ids))
             total += int(await self._call("DEL", *(collection_prefix(collection) + i for i in ids)))
 
     # -- reads ----------------------------------------------------------------------------------
@@ -296,12 +306,13 @@ class RedisBackend(Backend):
         self._require_search()
         if not ids:
             return []
-        prefix = collection_prefix(collection)
+        prefix, body_prefix = collection_prefix(collection), body_prefix_of(collection)
         async with self._client.pipeline(transaction=False) as pipe:
             for record_id in ids:
                 pipe.hgetall(prefix + record_id)
-            raws = await pipe.execute()
-        records = [_record(raw) for raw in raws if raw]
+                pipe.get(body_prefix + record_id)
+            replies = await pipe.execute()
+        records = [decode_record(raw, body) for raw, body in zip(replies[::2], replies[1::2], strict=True) if raw]
         if scope is not None:
             from memkit.backend import scope_matches
 
@@ -348,14 +359,15 @@ class RedisBackend(Backend):
         if dim is None:
             query = msgspec.structs.replace(query, vector=None)
         search = HybridSearch(self._client, index_name(collection), collection_prefix(collection),
-                              hnsw=self._index == "HNSW")  # fmt: skip
+                              hnsw=self._index == "HNSW", scope_numbers=collection in self._scope_numbers)  # fmt: skip
         try:
             ranked = await search.run(query)
         except BackendError as exc:
             if "no such index" in str(exc).lower() or "unknown index" in str(exc).lower():
                 return []  # another client dropped the collection meanwhile
             raise
-        records = {r.id: r for r in await self.get(collection, [i for i, _ in ranked])}
+        # Scope checked again on the records: text searches match the scope by a digest (``text_clauses``).
+        records = {r.id: r for r in await self.get(collection, [i for i, _ in ranked], query.scope)}
         return [Hit(record=records[i], scores=scores) for i, scores in ranked if i in records]
 
     # -- key-value ------------------------------------------------------------------------------

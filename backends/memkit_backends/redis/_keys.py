@@ -15,15 +15,28 @@ from typing import Any, Final
 
 from memkit.backend import FilterValue, Scope
 
-__all__ = ["INDEX_PREFIX", "NONE_EXPIRY", "collection_prefix", "filter_tags", "index_name", "query_clauses", "tag"]
+__all__ = [
+    "INDEX_PREFIX", "NONE_EXPIRY", "NO_SCOPE", "SCOPE_NUMBERS", "body_prefix_of", "collection_prefix",
+    "filter_tags", "index_name", "query_clauses", "scope_number", "tag", "text_clauses",
+]  # fmt: skip
 
 INDEX_PREFIX: Final = "memkit"
 NONE_EXPIRY: Final = 1e300
 """Stored as the expiry of records that never expire (RediSearch numeric ranges need a number)."""
+SCOPE_NUMBERS: Final = (("un", "user_id"), ("an", "agent_id"), ("sn", "session_id"))
+"""Numeric twins of the scope TAG fields, for text queries (see ``text_clauses``)."""
+NO_SCOPE: Final = -1
+"""The scope number stored for an id that is not set."""
 
 
 def tag(*parts: Any) -> str:
     return hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=12).hexdigest()
+
+
+def scope_number(value: str) -> int:
+    """A scope id as a 52-bit integer: exact in the float64 RediSearch keeps for NUMERIC fields."""
+    digest = hashlib.blake2b(json.dumps(["scope", value]).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 12
 
 
 def _name_digest(collection: str) -> str:
@@ -36,6 +49,11 @@ def index_name(collection: str) -> str:
 
 def collection_prefix(collection: str) -> str:
     return f"{INDEX_PREFIX}:r:{_name_digest(collection)}:"
+
+
+def body_prefix_of(collection: str) -> str:
+    """Where records' bodies live: outside the index's prefix, so writing one re-indexes nothing."""
+    return f"{INDEX_PREFIX}:b:{_name_digest(collection)}:"
 
 
 def filter_tags(fields: Mapping[str, Any]) -> str:
@@ -55,3 +73,22 @@ def query_clauses(scope: Scope | None, filters: Mapping[str, FilterValue] | None
     if now is not None:
         clauses.append(f"@exp:[({now!r} +inf]")
     return clauses
+
+
+def text_clauses(scope: Scope, filters: Mapping[str, FilterValue] | None) -> list[str]:
+    """Scope and filters for a text query, with the scope in a form that adds nothing to text scores.
+
+    RediSearch scores a TAG clause as one more search term, whose weight grows with the number of other
+    users' records in the collection: on LoCoMo with every conversation in one collection, recall@10
+    went from 67.8 to 70.5 without it. Numeric ranges are not scored, so the scope is matched on its
+    numeric twin (a 52-bit digest; the caller checks the scope of the records it returns, so a digest
+    collision can never leak one). Filters stay TAG clauses: a double negation, which would not score,
+    returned almost nothing on RediSearch 2.10.
+    """
+    clauses = []
+    for field, attribute in SCOPE_NUMBERS:
+        value = getattr(scope, attribute)
+        if value is not None:
+            number = scope_number(value)
+            clauses.append(f"@{field}:[{number} {number}]")
+    return clauses + query_clauses(None, filters, None)

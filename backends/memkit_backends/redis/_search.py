@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Final
 
+import msgspec
 import numpy as np
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -27,7 +28,7 @@ from memkit.backend import Query, Scores
 from memkit.errors import BackendError
 from memkit.text import tokenize
 from memkit_backends._rerank import Candidates, Table
-from memkit_backends.redis._keys import NONE_EXPIRY, query_clauses
+from memkit_backends.redis._keys import NONE_EXPIRY, query_clauses, text_clauses
 
 __all__ = ["HybridSearch", "Row", "parse_rows", "prefilter"]
 
@@ -82,11 +83,12 @@ def candidate_table(
     return ids, scores, table
 
 
-def prefilter(query: Query) -> str:
-    """Scope, filters, expiry and minimum importance as a RediSearch query (hex digests and numbers only)."""
+def prefilter(query: Query, *, unscored: bool = False) -> str:
+    """Scope, filters, expiry and minimum importance as a RediSearch query (hex digests and numbers only);
+    ``unscored``: in a form that adds nothing to text scores (``text_clauses``)."""
     # Expiry is left to the kernel (candidates carry it): a numeric range over every row in the index
     # measured 0.3-0.6 ms per list at 100k.
-    clauses = query_clauses(query.scope, query.filters, None)
+    clauses = text_clauses(query.scope, query.filters) if unscored else query_clauses(query.scope, query.filters, None)
     if query.min_importance > 0:
         clauses.append(f"@imp:[{query.min_importance!r} +inf]")
     return " ".join(clauses) or "*"
@@ -95,15 +97,27 @@ def prefilter(query: Query) -> str:
 class HybridSearch:
     """One collection's hybrid query against one RediSearch index."""
 
-    def __init__(self, client: aioredis.Redis, index: str, prefix: str, *, hnsw: bool) -> None:
+    def __init__(self, client: aioredis.Redis, index: str, prefix: str, *, hnsw: bool, scope_numbers: bool) -> None:
         self._client = client
         self._index = index
         self._prefix = prefix
         self._hnsw = hnsw
+        self._scope_numbers = scope_numbers
+        self._text_where = "*"
+        """The query's filters for text searches; set by ``run``."""
+        self._scope_where: str | None = None
+        """Set by ``run`` for a filtered query: its scope alone, where text scores are read and scaled
+        (filters are TAG clauses, which RediSearch scores, and text scores are scaled by the best match
+        in scope whatever the filters, as on every backend)."""
 
     async def run(self, query: Query) -> list[tuple[str, Scores]]:
         """The hybrid top-k of ``query``: ids with their scores, ranked once by the kernel."""
         where = prefilter(query)
+        self._text_where = prefilter(query, unscored=True) if self._scope_numbers else where
+        self._scope_where = None
+        if query.filters or query.min_importance > 0:
+            scope_only = msgspec.structs.replace(query, filters={}, min_importance=0.0)
+            self._scope_where = prefilter(scope_only, unscored=self._scope_numbers)
         tokens = sorted(set(tokenize(query.text or "")))
         if query.vector is None:
             return (await self._text_only(query, where, tokens)).rank(query)
@@ -127,8 +141,8 @@ class HybridSearch:
         size = await self.count(where)
         depth = max(FIRST_DEPTH, 4 * query.k)
         plen = len(self._prefix)
-        while tokens and depth < size:
-            (reply,) = await self.pipeline([self._text(where, tokens, depth, _NUMBERS)])
+        while tokens and depth < size and self._scope_where is None:
+            (reply,) = await self.pipeline([self._text(tokens, depth, _NUMBERS)])
             ids, scores, table = candidate_table(reply, plen, with_scores=True, distance=False)
             candidates = Candidates()
             candidates.add(ids, table)
@@ -140,8 +154,10 @@ class HybridSearch:
             depth *= 4
         scan = ("FT.SEARCH", self._index, where, "RETURN", str(len(_NUMBERS)), *_NUMBERS,
                 "LIMIT", "0", str(max(size, 1)), "DIALECT", "2")  # fmt: skip
-        commands = [scan, self._text(where, tokens, max(size, 1), ())] if tokens else [scan]
-        replies = await self.pipeline(commands)
+        # A filtered query's text list spans its whole scope: rows the filters drop only set the scale.
+        text_depth = await self.count(self._scope_where) if self._scope_where else size
+        text = self._text(tokens, max(text_depth, 1), (), where=self._scope_where)
+        replies = await self.pipeline([scan, text] if tokens else [scan])
         candidates = Candidates()
         ids, _, table = candidate_table(replies[0], plen, with_scores=False, distance=False)
         candidates.add(ids, table)
@@ -159,7 +175,9 @@ class HybridSearch:
         vector = np.ascontiguousarray(query.vector, dtype=np.float32).tobytes()
         commands = [self._knn(where, vector, depth, _NUMBERS, whole_scope=whole_scope)]
         if tokens:
-            commands.append(self._text(where, tokens, depth, _NUMBERS))
+            commands.append(self._text(tokens, depth, _NUMBERS))
+        if tokens and self._scope_where is not None:
+            commands.append(self._text(tokens, 1, (), where=self._scope_where))  # the best match in scope
         replies = await self.pipeline(commands)
         plen = len(self._prefix)
         candidates = Candidates()
@@ -173,7 +191,11 @@ class HybridSearch:
             text_rows.add(matches, table)
             candidates.lexical = dict(zip(matches, scores, strict=True))
             if len(matches) == depth:
+                # With filters the list's scores include theirs, so this bounds unseen rows from above.
                 candidates.lexical_floor = min(scores)
+            if self._scope_where is not None:
+                candidates.lexical_top = float(replies[2][2]) if len(replies[2]) > 2 else 0.0
+                candidates.lexical = await self._scope_scores(tokens, matches)
         text_only, no_text = candidates.unresolved(query, text_truncated=candidates.lexical_floor is not None,
                                                    text_rows=text_rows)  # fmt: skip
         await self._fill(where, vector, tokens=tokens, candidates=candidates, text_only=text_only,
@@ -192,7 +214,7 @@ class HybridSearch:
             commands.append(self._knn(where, vector, len(keys), (), whole_scope=True, keys=keys))
         if no_text:
             keys = [self._prefix + rid for rid in no_text]
-            commands.append(self._text(where, tokens, len(keys), (), keys=keys))
+            commands.append(self._text(tokens, len(keys), (), keys=keys, where=self._scope_where))
         if not commands:
             return
         replies = iter(await self.pipeline(commands))
@@ -221,15 +243,26 @@ class HybridSearch:
                 "PARAMS", "2", "vec", vector, "RETURN", str(len(returned)), *returned,
                 "LIMIT", "0", str(depth), "DIALECT", "2")  # fmt: skip
 
+    async def _scope_scores(self, tokens: list[str], ids: list[str]) -> dict[str, float]:
+        """Text scores of ``ids`` read with the scope alone, not the filters (``_scope_where``)."""
+        if not ids:
+            return {}
+        keys = [self._prefix + rid for rid in ids]
+        (reply,) = await self.pipeline([self._text(tokens, len(keys), (), keys=keys, where=self._scope_where)])
+        return {rid: score for rid, score, _ in parse_rows(reply, len(self._prefix), with_scores=True,
+                                                           with_fields=False)}  # fmt: skip
+
     def _text(
-        self, where: str, tokens: list[str], depth: int, fields: Sequence[str], *, keys: Sequence[str] = ()
-    ) -> tuple[Any, ...]:
+        self, tokens: list[str], depth: int, fields: Sequence[str], *, keys: Sequence[str] = (),
+        where: str | None = None,
+    ) -> tuple[Any, ...]:  # fmt: skip
         # Tokens are word characters only: they cannot change the query's structure.
         text = "@tokens:(" + "|".join(tokens) + ")"
+        where = where or self._text_where
         search = text if where == "*" else f"{text} {where}"
         inkeys = ("INKEYS", str(len(keys)), *keys) if keys else ()
         returned = ("RETURN", str(len(fields)), *fields) if fields else ("NOCONTENT",)
-        return ("FT.SEARCH", self._index, search, *inkeys, "WITHSCORES", "SCORER", "BM25", *returned,
+        return ("FT.SEARCH", self._index, search, *inkeys, "WITHSCORES", "SCORER", "BM25STD", *returned,
                 "LIMIT", "0", str(depth), "DIALECT", "2")  # fmt: skip
 
     async def pipeline(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
