@@ -53,8 +53,7 @@ class TestPostgresHnsw(BackendConformance):
 class TestRedisStackBackend(BackendConformance):
     # RediSearch's text scores are not reproducible row by row, so neither is the hybrid top k: 2.10
     # (redis-stack 7.4) drops a matching term from the score of a few documents when a text union is
-    # intersected with a filter (5 of 300 in the large-scope test), and its BM25 divides by a term
-    # distance ("slop") that changes when the same row is scored alone (INKEYS).
+    # intersected with a filter (5 of 300 in the large-scope test), and scores them fully alone (INKEYS).
     approximate_search = True
 
     @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import redis
-from memkit_backends.redis._bulk import command
+from memkit_backends.redis._bulk import command, hset
 from memkit_backends.redis._keys import collection_prefix, index_name
 
 from memkit import open_backend
@@ -17,6 +17,12 @@ pytestmark = pytest.mark.anyio
 
 def test_command_is_resp() -> None:
     assert command("HSET", "k", b"\x00\r\n", 0.1) == b"*4\r\n$4\r\nHSET\r\n$1\r\nk\r\n$3\r\n\x00\r\n\r\n$3\r\n0.1\r\n"
+
+
+def test_hset_is_the_same_command() -> None:
+    mapping = {"rid": "r1", "body": b"\x00\r\n", "imp": 0.25, "n": 3, "text": "caf\u00e9"}
+    for _ in range(2):  # field names are cached after the first call
+        assert hset("k:1", mapping) == command("HSET", "k:1", *(x for item in mapping.items() for x in item))
 
 
 async def test_refused_write_raises_and_the_connection_stays_usable(redis_url: str) -> None:

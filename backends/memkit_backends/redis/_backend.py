@@ -240,13 +240,12 @@ class RedisBackend(Backend):
             raise DimensionMismatchError(f"collection {collection!r} holds {have}-dimensional vectors")
         await self.ensure_collection(collection, next(iter(dims), None))
         prefix, body_prefix = collection_prefix(collection), body_prefix_of(collection)
-        commands = []
+        commands = [bulk.command("MSET", *(x for r in records for x in (body_prefix + r.id, r.body)))]
         for record in records:
             key = prefix + record.id
             if record.vector is None:
                 commands.append(bulk.command("DEL", key))  # a replaced record must not keep an old vector
             commands.append(bulk.hset(key, encode_record(record)))
-            commands.append(bulk.command("SET", body_prefix + record.id, record.body))
         try:
             await bulk.transaction(self._client, commands)
         except (RedisConnectionError, RedisTimeoutError) as exc:

@@ -8,6 +8,7 @@ Text-search tokens come from memkit's tokenizer (word characters only).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -17,7 +18,7 @@ from memkit.backend import FilterValue, Scope
 
 __all__ = [
     "INDEX_PREFIX", "NONE_EXPIRY", "NO_SCOPE", "SCOPE_NUMBERS", "body_prefix_of", "collection_prefix",
-    "filter_tags", "index_name", "query_clauses", "scope_number", "tag", "text_clauses",
+    "filter_tags", "index_name", "query_clauses", "scope_number", "scope_tag", "tag", "text_clauses",
 ]  # fmt: skip
 
 INDEX_PREFIX: Final = "memkit"
@@ -33,6 +34,12 @@ def tag(*parts: Any) -> str:
     return hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 
+@functools.lru_cache(maxsize=65_536)  # scope ids repeat across a batch; a digest each is most of encoding
+def scope_tag(value: str) -> str:
+    return tag("scope", value)
+
+
+@functools.lru_cache(maxsize=65_536)
 def scope_number(value: str) -> int:
     """A scope id as a 52-bit integer: exact in the float64 RediSearch keeps for NUMERIC fields."""
     digest = hashlib.blake2b(json.dumps(["scope", value]).encode(), digest_size=8).digest()
@@ -65,7 +72,7 @@ def query_clauses(scope: Scope | None, filters: Mapping[str, FilterValue] | None
     if scope is not None:
         for field, value in (("u", scope.user_id), ("a", scope.agent_id), ("s", scope.session_id)):
             if value is not None:
-                clauses.append(f"@{field}:{{{tag('scope', value)}}}")
+                clauses.append(f"@{field}:{{{scope_tag(value)}}}")
     for key, wanted in (filters or {}).items():
         values = wanted if isinstance(wanted, list | tuple) else (wanted,)
         options = [tag("f", key, value) for value in values] or [tag("matches nothing")]
