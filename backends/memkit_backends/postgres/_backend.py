@@ -24,8 +24,8 @@ import numpy as np
 from memkit.backend import Backend, Capabilities, FilterValue, Hit, Page, Query, Record, Scope, StorageURL
 from memkit.errors import BackendError, BackendUnavailableError, DimensionMismatchError, InvalidURLError
 from memkit.text import tokenize
-from memkit_backends._rerank import Candidates, numbers_table
 from memkit_backends._retry import retrying
+from memkit_backends.postgres._hybrid import HybridQuery
 from memkit_backends.postgres._sql import (
     RECORD_COLUMNS,
     SCHEMA_VERSION,
@@ -91,11 +91,6 @@ def _record(row: Mapping[str, Any]) -> Record:
         expires_at=row["expires_at"],
         fields=json.loads(row["fields"]),
     )
-
-
-def _add_candidates(candidates: Candidates, rows: Sequence[Mapping[str, Any]]) -> None:
-    table = numbers_table([(row["sim"], row["importance"], row["ts"], row["expires_at"]) for row in rows])
-    candidates.add([row["id"] for row in rows], table)
 
 
 class PostgresBackend(Backend):
@@ -343,11 +338,12 @@ class PostgresBackend(Backend):
                 raise DimensionMismatchError(f"query vector has {have} dimensions; collection has {dim}")
             if dim is None and query.vector is not None:
                 query = msgspec.structs.replace(query, vector=None)
-            small = await self._scope_size(conn, collection, query) <= _EXACT_SCOPE
+            search = HybridQuery(conn, self._table(collection), self._vector_type, query)
+            small = await search.scope_size(_EXACT_SCOPE) <= _EXACT_SCOPE
             # A small scope (one user's memories, say) is scored whole: one cheap query, exact by construction.
             depth: int | None = None if small else max(_FIRST_DEPTH, 4 * query.k)
             while True:
-                candidates = await self._candidates(conn, collection, query, depth)
+                candidates = await search.candidates(depth)
                 ranked = candidates.rank(query)
                 if depth is None or candidates.is_exact(query, ranked):
                     break
@@ -357,111 +353,6 @@ class PostgresBackend(Backend):
                                     "WHERE id = ANY($1::text[])", [i for i, _ in ranked])  # fmt: skip
         records = {row["id"]: _record(row) for row in rows}
         return [Hit(record=records[i], scores=scores) for i, scores in ranked if i in records]
-
-    def _base_where(self, query: Query) -> Where:
-        base = Where().scope(query.scope).filters(query.filters).alive(query.now)
-        if query.min_importance > 0:
-            base.add(f"importance >= {base.bind(query.min_importance)}")
-        return base
-
-    async def _scope_size(self, conn: Any, collection: str, query: Query) -> int:
-        """Rows the query may return, counted up to just past ``_EXACT_SCOPE``."""
-        base = self._base_where(query)
-        limit = base.bind(_EXACT_SCOPE + 1)
-        sql = f"SELECT count(*) FROM (SELECT 1 FROM {self._table(collection)} WHERE {base.sql()} LIMIT {limit}) s"
-        return int(await conn.fetchval(sql, *base.params))
-
-    def _similarity_sql(self, where: Where, query: Query) -> str:
-        if query.vector is None:
-            return "0.0"
-        vector = where.bind(np.asarray(query.vector, dtype=np.float32))
-        return f"coalesce(1 - (embedding <=> {vector}::vector::{self._vector_type}), 0.0)"
-
-    async def _candidates(self, conn: Any, collection: str, query: Query, depth: int | None) -> Candidates:
-        table = self._table(collection)
-        base = self._base_where(query)
-        tokens = sorted(set(tokenize(query.text or "")))
-        candidates = Candidates()
-        if tokens and query.filters:
-            candidates.lexical_top = await self._best_text_score(conn, table, query, tokens)
-        if depth is None:
-            await self._score_all(conn, table, base, query, tokens=tokens, candidates=candidates)
-            return candidates
-        if query.vector is not None:
-            await self._similar(conn, table, base, query, tokens, depth=depth, candidates=candidates)
-        if tokens:
-            await self._lexical(conn, table, base, query, tokens, depth=depth, candidates=candidates)
-        return candidates
-
-    async def _best_text_score(self, conn: Any, table: str, query: Query, tokens: list[str]) -> float:
-        """The best text score in the query's scope, filters aside: what every text score is divided by."""
-        where = Where().scope(query.scope).alive(query.now)
-        tsquery = f"to_tsquery('simple', {where.bind(' | '.join(tokens))})"  # word characters only
-        where.add(f"tsv @@ {tsquery}")
-        sql = f"SELECT max(ts_rank(tsv, {tsquery})) FROM {table} WHERE {where.sql()}"
-        return float(await conn.fetchval(sql, *where.params) or 0.0)
-
-    async def _score_all(
-        self, conn: Any, table: str, base: Where, query: Query, *, tokens: list[str], candidates: Candidates
-    ) -> None:
-        """Every row in scope with its similarity and text score, in one pass over the scope."""
-        where = Where(list(base.clauses), list(base.params))
-        sim = self._similarity_sql(where, query)
-        # Tokens are word characters only, so joining them with '|' cannot inject tsquery syntax.
-        lex = f"ts_rank(tsv, to_tsquery('simple', {where.bind(' | '.join(tokens))}))" if tokens else "0.0"
-        rows = await conn.fetch(f"SELECT id, {sim} AS sim, {lex} AS lex, importance, ts, expires_at FROM {table} "
-                                f"WHERE {where.sql()}", *where.params)  # fmt: skip
-        _add_candidates(candidates, rows)
-        candidates.lexical.update({row["id"]: float(row["lex"]) for row in rows if row["lex"] > 0})
-
-    async def _similar(
-        self, conn: Any, table: str, base: Where, query: Query, tokens: list[str], *, depth: int,
-        candidates: Candidates,
-    ) -> None:  # fmt: skip
-        """The nearest rows in scope, each with its text score: a row the (truncated) text list misses
-        may still match the text a little, and ranking it as a non-match would misplace it."""
-        where = Where(list(base.clauses), list(base.params))
-        where.add("embedding IS NOT NULL")
-        vector = f"{where.bind(np.asarray(query.vector, dtype=np.float32))}::vector::{self._vector_type}"
-        lex = "0.0"
-        if tokens:  # word characters only, so joining them with '|' cannot inject tsquery syntax
-            tsquery = f"to_tsquery('simple', {where.bind(' | '.join(tokens))})"
-            lex = f"CASE WHEN tsv @@ {tsquery} THEN ts_rank(tsv, {tsquery}) ELSE 0.0 END"
-        # The text score is computed in the outer query, for the nearest rows only.
-        sql = (
-            f"SELECT id, sim, importance, ts, expires_at, {lex} AS lex FROM ("
-            f"SELECT id, tsv, 1 - (embedding <=> {vector}) AS sim, importance, ts, expires_at FROM {table} "
-            f"WHERE {where.sql()} ORDER BY embedding <=> {vector} LIMIT {where.bind(depth)}) nearest ORDER BY sim DESC"
-        )
-        async with conn.transaction():
-            # pgvector 0.8: keep scanning the HNSW graph until enough rows pass the filters.
-            await conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
-            await conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(depth, 40), 1000)}")
-            rows = await conn.fetch(sql, *where.params)
-        _add_candidates(candidates, rows)
-        candidates.lexical.update({row["id"]: float(row["lex"]) for row in rows if row["lex"] > 0})
-        if len(rows) == depth:
-            candidates.similarity_floor = float(rows[-1]["sim"])
-
-    async def _lexical(
-        self, conn: Any, table: str, base: Where, query: Query, tokens: list[str], *, depth: int | None,
-        candidates: Candidates,
-    ) -> None:  # fmt: skip
-        where = Where(list(base.clauses), list(base.params))
-        # Tokens are word characters only, so joining them with '|' cannot inject tsquery syntax.
-        tsquery = where.bind(" | ".join(tokens))
-        where.add(f"tsv @@ to_tsquery('simple', {tsquery})")
-        sim = self._similarity_sql(where, query)
-        limit = f" LIMIT {where.bind(depth)}" if depth is not None else ""
-        sql = (
-            f"SELECT id, ts_rank(tsv, to_tsquery('simple', {tsquery})) AS lex, {sim} AS sim, importance, ts, "
-            f"expires_at FROM {table} WHERE {where.sql()} ORDER BY lex DESC, id{limit}"
-        )
-        rows = await conn.fetch(sql, *where.params)
-        candidates.lexical.update({row["id"]: float(row["lex"]) for row in rows})
-        _add_candidates(candidates, rows)
-        if depth is not None and len(rows) == depth:
-            candidates.lexical_floor = float(rows[-1]["lex"])
 
     # -- key-value ------------------------------------------------------------------------------
     @retrying

@@ -1,0 +1,132 @@
+"""A query's candidates on one Postgres table: the nearest rows and the best text matches, or every row
+in scope, as numbers for memkit's kernel to rank (``memkit_backends._rerank``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from memkit.backend import Query
+from memkit.text import tokenize
+from memkit_backends._rerank import Candidates, numbers_table
+from memkit_backends.postgres._sql import Where
+
+__all__ = ["HybridQuery"]
+
+
+def _add(candidates: Candidates, rows: Sequence[Mapping[str, Any]]) -> None:
+    table = numbers_table([(row["sim"], row["importance"], row["ts"], row["expires_at"]) for row in rows])
+    candidates.add([row["id"] for row in rows], table)
+
+
+class HybridQuery:
+    """One query against one table, on one connection."""
+
+    def __init__(self, conn: Any, table: str, vector_type: str, query: Query) -> None:
+        self._conn = conn
+        self._table = table
+        self._vector_type = vector_type
+        self._query = query
+        # Word characters only, so joining them with '|' cannot inject tsquery syntax.
+        self._tokens = sorted(set(tokenize(query.text or "")))
+
+    def _base_where(self) -> Where:
+        query = self._query
+        base = Where().scope(query.scope).filters(query.filters).alive(query.now)
+        if query.min_importance > 0:
+            base.add(f"importance >= {base.bind(query.min_importance)}")
+        return base
+
+    async def scope_size(self, up_to: int) -> int:
+        """Rows the query may return, counted up to just past ``up_to``."""
+        base = self._base_where()
+        limit = base.bind(up_to + 1)
+        sql = f"SELECT count(*) FROM (SELECT 1 FROM {self._table} WHERE {base.sql()} LIMIT {limit}) s"
+        return int(await self._conn.fetchval(sql, *base.params))
+
+    def _similarity_sql(self, where: Where) -> str:
+        query = self._query
+        if query.vector is None:
+            return "0.0"
+        vector = where.bind(np.asarray(query.vector, dtype=np.float32))
+        return f"coalesce(1 - (embedding <=> {vector}::vector::{self._vector_type}), 0.0)"
+
+    async def candidates(self, depth: int | None) -> Candidates:
+        """The nearest rows and the best text matches, ``depth`` of each; every row in scope for None."""
+        query, tokens = self._query, self._tokens
+        base = self._base_where()
+        candidates = Candidates()
+        if tokens and (query.filters or query.min_importance > 0):
+            candidates.lexical_top = await self._best_text_score()
+        if depth is None:
+            await self._score_all(base, candidates)
+            return candidates
+        if query.vector is not None:
+            await self._similar(base, depth, candidates)
+        if tokens:
+            await self._lexical(base, depth, candidates)
+        return candidates
+
+    async def _best_text_score(self) -> float:
+        """The best text score in the query's scope, filters aside: what every text score is divided by."""
+        where = Where().scope(self._query.scope).alive(self._query.now)
+        tsquery = f"to_tsquery('simple', {where.bind(' | '.join(self._tokens))})"  # word characters only
+        where.add(f"tsv @@ {tsquery}")
+        sql = f"SELECT max(ts_rank(tsv, {tsquery})) FROM {self._table} WHERE {where.sql()}"
+        return float(await self._conn.fetchval(sql, *where.params) or 0.0)
+
+    async def _score_all(self, base: Where, candidates: Candidates) -> None:
+        """Every row in scope with its similarity and text score, in one pass over the scope."""
+        where, tokens = Where(list(base.clauses), list(base.params)), self._tokens
+        sim = self._similarity_sql(where)
+        # Tokens are word characters only, so joining them with '|' cannot inject tsquery syntax.
+        lex = f"ts_rank(tsv, to_tsquery('simple', {where.bind(' | '.join(tokens))}))" if tokens else "0.0"
+        rows = await self._conn.fetch(f"SELECT id, {sim} AS sim, {lex} AS lex, importance, ts, expires_at "
+                                      f"FROM {self._table} WHERE {where.sql()}", *where.params)  # fmt: skip
+        _add(candidates, rows)
+        candidates.lexical.update({row["id"]: float(row["lex"]) for row in rows if row["lex"] > 0})
+
+    async def _similar(self, base: Where, depth: int, candidates: Candidates) -> None:
+        """The nearest rows in scope, each with its text score: a row the (truncated) text list misses
+        may still match the text a little, and ranking it as a non-match would misplace it."""
+        where, tokens = Where(list(base.clauses), list(base.params)), self._tokens
+        where.add("embedding IS NOT NULL")
+        vector = f"{where.bind(np.asarray(self._query.vector, dtype=np.float32))}::vector::{self._vector_type}"
+        lex = "0.0"
+        if tokens:  # word characters only, so joining them with '|' cannot inject tsquery syntax
+            tsquery = f"to_tsquery('simple', {where.bind(' | '.join(tokens))})"
+            lex = f"CASE WHEN tsv @@ {tsquery} THEN ts_rank(tsv, {tsquery}) ELSE 0.0 END"
+        # The text score is computed in the outer query, for the nearest rows only.
+        sql = (
+            f"SELECT id, sim, importance, ts, expires_at, {lex} AS lex FROM ("
+            f"SELECT id, tsv, 1 - (embedding <=> {vector}) AS sim, importance, ts, expires_at FROM {self._table} "
+            f"WHERE {where.sql()} ORDER BY embedding <=> {vector} LIMIT {where.bind(depth)}) nearest ORDER BY sim DESC"
+        )
+        async with self._conn.transaction():
+            # pgvector 0.8: keep scanning the HNSW graph until enough rows pass the filters.
+            await self._conn.execute("SET LOCAL hnsw.iterative_scan = strict_order")
+            await self._conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(depth, 40), 1000)}")
+            rows = await self._conn.fetch(sql, *where.params)
+        _add(candidates, rows)
+        candidates.lexical.update({row["id"]: float(row["lex"]) for row in rows if row["lex"] > 0})
+        if len(rows) == depth:
+            candidates.similarity_floor = float(rows[-1]["sim"])
+
+    async def _lexical(self, base: Where, depth: int, candidates: Candidates) -> None:
+        where, tokens = Where(list(base.clauses), list(base.params)), self._tokens
+        # Tokens are word characters only, so joining them with '|' cannot inject tsquery syntax.
+        tsquery = where.bind(" | ".join(tokens))
+        where.add(f"tsv @@ to_tsquery('simple', {tsquery})")
+        sim = self._similarity_sql(where)
+        limit = f" LIMIT {where.bind(depth)}"
+        sql = (
+            f"SELECT id, ts_rank(tsv, to_tsquery('simple', {tsquery})) AS lex, {sim} AS sim, importance, ts, "
+            f"expires_at FROM {self._table} WHERE {where.sql()} ORDER BY lex DESC, id{limit}"
+        )
+        rows = await self._conn.fetch(sql, *where.params)
+        candidates.lexical.update({row["id"]: float(row["lex"]) for row in rows})
+        _add(candidates, rows)
+        if len(rows) == depth:
+            candidates.lexical_floor = float(rows[-1]["lex"])
