@@ -324,17 +324,20 @@ class BackendConformance(KeyValueConformance):
         _require(backend, "text_search")
         await backend.ensure_collection(COLLECTION, DIM)
         texts = ["apple apple apple", "apple pear", "apple pear plum fig", "pear plum", "apple kiwi", "kiwi"]
-        records = [make_record(f"r{i}", text=text, seed=i, fields={"group": "best" if i == 0 else "rest"})
+        records = [make_record(f"r{i}", text=text, seed=i, fields={"group": "best" if i == 0 else "rest"},
+                               importance=0.1 if i == 0 else 0.5)
                    for i, text in enumerate(texts)]  # fmt: skip
         await backend.upsert(COLLECTION, records)
         ask = query(Scope(user_id="alice"), vector=unit(7), text="apple", k=len(texts))
         everything = {h.record.id: h.scores for h in await backend.query(COLLECTION, ask)}
-        filtered = await backend.query(COLLECTION, msgspec.structs.replace(ask, filters={"group": "rest"}))
-        assert {h.record.id for h in filtered} == {f"r{i}" for i in range(1, len(texts))}
-        for hit in filtered:
-            want = everything[hit.record.id]
-            assert abs(hit.scores.lexical - want.lexical) < 1e-5, (hit.record.id, hit.scores, want)
-            assert abs(hit.scores.final - want.final) < 1e-5
+        for narrowed in (msgspec.structs.replace(ask, filters={"group": "rest"}),
+                         msgspec.structs.replace(ask, min_importance=0.3)):  # fmt: skip
+            filtered = await backend.query(COLLECTION, narrowed)
+            assert {h.record.id for h in filtered} == {f"r{i}" for i in range(1, len(texts))}
+            for hit in filtered:
+                want = everything[hit.record.id]
+                assert abs(hit.scores.lexical - want.lexical) < 1e-5, (hit.record.id, hit.scores, want)
+                assert abs(hit.scores.final - want.final) < 1e-5
 
     async def test_text_search_is_not_query_syntax(self, backend: Backend) -> None:
         _require(backend, "text_search")
