@@ -80,16 +80,6 @@ class Candidates:
         if keep:
             self._blocks.append(table if len(keep) == len(ids) else table[keep])
 
-    def __contains__(self, row_id: object) -> bool:
-        return row_id in self._position
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    @property
-    def ids(self) -> list[str]:
-        return self._ids
-
     @property
     def table(self) -> Table:
         if self._blocks:

@@ -31,6 +31,7 @@ class HybridQuery:
         self._query = query
         # Word characters only, so joining them with '|' cannot inject tsquery syntax.
         self._tokens = sorted(set(tokenize(query.text or "")))
+        self._best_text: float | None = None
 
     def _base_where(self) -> Where:
         query = self._query
@@ -59,7 +60,9 @@ class HybridQuery:
         base = self._base_where()
         candidates = Candidates()
         if tokens and (query.filters or query.min_importance > 0):
-            candidates.lexical_top = await self._best_text_score()
+            if self._best_text is None:  # the same for every depth: read once
+                self._best_text = await self._best_text_score()
+            candidates.lexical_top = self._best_text
         if depth is None:
             await self._score_all(base, candidates)
             return candidates

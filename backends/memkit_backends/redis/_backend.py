@@ -39,7 +39,7 @@ from memkit_backends.redis._codec import (
     scope_from_hash,
     scope_numbers,
 )
-from memkit_backends.redis._keys import SCOPE_NUMBERS, body_prefix_of, collection_prefix, index_name, query_clauses
+from memkit_backends.redis._keys import SCOPE_FIELDS, body_prefix_of, collection_prefix, index_name, query_clauses
 from memkit_backends.redis._search import HybridSearch, parse_rows
 
 __all__ = ["RedisBackend"]
@@ -47,7 +47,7 @@ __all__ = ["RedisBackend"]
 _NO_SEARCH = "this Redis has no search module; records need Redis 8 or Redis Stack (key-value works without it)"
 
 
-_SCOPE_NUMBER_SCHEMA: Final = tuple(x for field, _ in SCOPE_NUMBERS for x in (field, "NUMERIC"))
+_SCOPE_NUMBER_SCHEMA: Final = tuple(x for _, field, _ in SCOPE_FIELDS for x in (field, "NUMERIC"))
 
 
 async def _scan_keys(client: aioredis.Redis, pattern: str) -> AsyncIterator[list[bytes | str]]:
@@ -284,9 +284,7 @@ class RedisBackend(Backend):
         found = await self.get(collection, ids, scope)
         if not found:
             return 0
-        prefix, body_prefix = collection_prefix(collection), body_prefix_of(collection)
-        await self._call("DEL", *(body_prefix + r.id for r in found))
-        return int(await self._call("DEL", *(prefix + r.id for r in found)))
+        return await self._delete_records(collection, [r.id for r in found])
 
     @retrying
     async def delete_expired(self, collection: str, now: float) -> int:
@@ -296,8 +294,16 @@ class RedisBackend(Backend):
             ids = await self._search_ids(collection, f"@exp:[-inf {now!r}]", 1000)
             if not ids:
                 return total
-            await self._call("DEL", *(body_prefix_of(collection) + i for i in ids))
-            total += int(await self._call("DEL", *(collection_prefix(collection) + i for i in ids)))
+            total += await self._delete_records(collection, ids)
+
+    async def _delete_records(self, collection: str, ids: Sequence[str]) -> int:
+        """Hashes and bodies together, in one transaction; returns how many records there were."""
+        prefix, body_prefix = collection_prefix(collection), body_prefix_of(collection)
+        async with self._client.pipeline(transaction=True) as pipe:
+            pipe.delete(*(prefix + i for i in ids))
+            pipe.delete(*(body_prefix + i for i in ids))
+            deleted, _ = await pipe.execute()
+        return int(deleted)
 
     # -- reads ----------------------------------------------------------------------------------
     @retrying

@@ -18,7 +18,7 @@ import numpy as np
 
 from memkit.backend import Record, Scope
 from memkit.text import tokenize
-from memkit_backends.redis._keys import NO_SCOPE, NONE_EXPIRY, SCOPE_NUMBERS, filter_tags, scope_number, scope_tag
+from memkit_backends.redis._keys import NO_SCOPE, NONE_EXPIRY, SCOPE_FIELDS, filter_tags, scope_number, scope_tag
 
 __all__ = ["decode_record", "encode_record", "scope_from_hash", "scope_numbers", "same_indexed_fields"]
 
@@ -53,7 +53,7 @@ def decode_record(raw: Mapping[bytes, bytes], body: bytes | None) -> Record:
 
 def scope_numbers(scope: Scope) -> dict[str, int]:
     return {field: NO_SCOPE if (value := getattr(scope, attribute)) is None else scope_number(value)
-            for field, attribute in SCOPE_NUMBERS}  # fmt: skip
+            for _, field, attribute in SCOPE_FIELDS}  # fmt: skip
 
 
 def encode_record(record: Record) -> dict[str, bytes | str | float]:
@@ -65,8 +65,8 @@ def encode_record(record: Record) -> dict[str, bytes | str | float]:
         "exp": NONE_EXPIRY if record.expires_at is None else record.expires_at,
         "fields": json.dumps(record.fields), "flt": filter_tags(record.fields),
         "scope": json.dumps([scope.user_id, scope.agent_id, scope.session_id]),
-        **{short: "" if value is None else scope_tag(value)
-           for short, value in (("u", scope.user_id), ("a", scope.agent_id), ("s", scope.session_id))},
+        **{field: "" if (value := getattr(scope, attribute)) is None else scope_tag(value)
+           for field, _, attribute in SCOPE_FIELDS},
         **scope_numbers(scope),
         "text": record.text or "", "tokens": " ".join(tokenize(record.text)) if record.text else "",
         **({} if record.vector is None else {"emb": np.ascontiguousarray(record.vector, dtype=np.float32).tobytes()}),

@@ -17,15 +17,15 @@ from typing import Any, Final
 from memkit.backend import FilterValue, Scope
 
 __all__ = [
-    "INDEX_PREFIX", "NONE_EXPIRY", "NO_SCOPE", "SCOPE_NUMBERS", "body_prefix_of", "collection_prefix",
+    "INDEX_PREFIX", "NONE_EXPIRY", "NO_SCOPE", "SCOPE_FIELDS", "body_prefix_of", "collection_prefix",
     "filter_tags", "index_name", "query_clauses", "scope_number", "scope_tag", "tag", "text_clauses",
 ]  # fmt: skip
 
 INDEX_PREFIX: Final = "memkit"
 NONE_EXPIRY: Final = 1e300
 """Stored as the expiry of records that never expire (RediSearch numeric ranges need a number)."""
-SCOPE_NUMBERS: Final = (("un", "user_id"), ("an", "agent_id"), ("sn", "session_id"))
-"""Numeric twins of the scope TAG fields, for text queries (see ``text_clauses``)."""
+SCOPE_FIELDS: Final = (("u", "un", "user_id"), ("a", "an", "agent_id"), ("s", "sn", "session_id"))
+"""Per scope id: its TAG field, its numeric twin for text queries (see ``text_clauses``), its attribute."""
 NO_SCOPE: Final = -1
 """The scope number stored for an id that is not set."""
 
@@ -70,8 +70,8 @@ def filter_tags(fields: Mapping[str, Any]) -> str:
 def query_clauses(scope: Scope | None, filters: Mapping[str, FilterValue] | None, now: float | None) -> list[str]:
     clauses = []
     if scope is not None:
-        for field, value in (("u", scope.user_id), ("a", scope.agent_id), ("s", scope.session_id)):
-            if value is not None:
+        for field, _, attribute in SCOPE_FIELDS:
+            if (value := getattr(scope, attribute)) is not None:
                 clauses.append(f"@{field}:{{{scope_tag(value)}}}")
     for key, wanted in (filters or {}).items():
         values = wanted if isinstance(wanted, list | tuple) else (wanted,)
@@ -87,15 +87,14 @@ def text_clauses(scope: Scope, filters: Mapping[str, FilterValue] | None) -> lis
 
     RediSearch scores a TAG clause as one more search term, whose weight grows with the number of other
     users' records in the collection: on LoCoMo with every conversation in one collection, recall@10
-    went from 67.8 to 70.5 without it. Numeric ranges are not scored, so the scope is matched on its
-    numeric twin (a 52-bit digest; the caller checks the scope of the records it returns, so a digest
-    collision can never leak one). Filters stay TAG clauses: a double negation, which would not score,
-    returned almost nothing on RediSearch 2.10.
+    went from 67.8 to 70.5 without it (RediSearch's older BM25 scorer, before the other fixes). Numeric
+    ranges are not scored, so the scope is matched on its numeric twin (a 52-bit digest; the caller
+    checks the scope of the records it returns, so a digest collision can never leak one). Filters stay
+    TAG clauses: a double negation, which would not score, returned almost nothing on RediSearch 2.10.
     """
     clauses = []
-    for field, attribute in SCOPE_NUMBERS:
-        value = getattr(scope, attribute)
-        if value is not None:
+    for _, field, attribute in SCOPE_FIELDS:
+        if (value := getattr(scope, attribute)) is not None:
             number = scope_number(value)
             clauses.append(f"@{field}:[{number} {number}]")
     return clauses + query_clauses(None, filters, None)

@@ -195,7 +195,9 @@ class HybridSearch:
                 candidates.lexical_floor = min(scores)
             if self._scope_where is not None:
                 candidates.lexical_top = float(replies[2][2]) if len(replies[2]) > 2 else 0.0
-                candidates.lexical = await self._scope_scores(tokens, matches)
+            if self._scope_where is not None and matches:  # scores without the filters' terms
+                (reply,) = await self.pipeline([self._text_scores(tokens, matches)])
+                candidates.lexical = self._read_text_scores(reply)
         text_only, no_text = candidates.unresolved(query, text_truncated=candidates.lexical_floor is not None,
                                                    text_rows=text_rows)  # fmt: skip
         await self._fill(where, vector, tokens=tokens, candidates=candidates, text_only=text_only,
@@ -213,8 +215,7 @@ class HybridSearch:
             keys = [self._prefix + rid for rid in text_only]
             commands.append(self._knn(where, vector, len(keys), (), whole_scope=True, keys=keys))
         if no_text:
-            keys = [self._prefix + rid for rid in no_text]
-            commands.append(self._text(tokens, len(keys), (), keys=keys, where=self._scope_where))
+            commands.append(self._text_scores(tokens, no_text))
         if not commands:
             return
         replies = iter(await self.pipeline(commands))
@@ -227,8 +228,7 @@ class HybridSearch:
             table[:, 0] = [similarity.get(rid, 0.0) for rid in text_only]  # no vector: 0, as in memory://
             candidates.add(text_only, table)
         if no_text:
-            for rid, score, _ in parse_rows(next(replies), plen, with_scores=True, with_fields=False):
-                candidates.lexical[rid] = score
+            candidates.lexical.update(self._read_text_scores(next(replies)))
 
     def _knn(
         self, where: str, vector: bytes, depth: int, fields: Sequence[str], *, whole_scope: bool,
@@ -243,14 +243,14 @@ class HybridSearch:
                 "PARAMS", "2", "vec", vector, "RETURN", str(len(returned)), *returned,
                 "LIMIT", "0", str(depth), "DIALECT", "2")  # fmt: skip
 
-    async def _scope_scores(self, tokens: list[str], ids: list[str]) -> dict[str, float]:
-        """Text scores of ``ids`` read with the scope alone, not the filters (``_scope_where``)."""
-        if not ids:
-            return {}
+    def _text_scores(self, tokens: list[str], ids: list[str]) -> tuple[Any, ...]:
+        """The text scores of exactly ``ids``, read with the scope alone when filters would add theirs."""
         keys = [self._prefix + rid for rid in ids]
-        (reply,) = await self.pipeline([self._text(tokens, len(keys), (), keys=keys, where=self._scope_where)])
-        return {rid: score for rid, score, _ in parse_rows(reply, len(self._prefix), with_scores=True,
-                                                           with_fields=False)}  # fmt: skip
+        return self._text(tokens, len(keys), (), keys=keys, where=self._scope_where)
+
+    def _read_text_scores(self, reply: Sequence[Any]) -> dict[str, float]:
+        rows = parse_rows(reply, len(self._prefix), with_scores=True, with_fields=False)
+        return {rid: score for rid, score, _ in rows}
 
     def _text(
         self, tokens: list[str], depth: int, fields: Sequence[str], *, keys: Sequence[str] = (),
