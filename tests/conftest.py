@@ -4,6 +4,10 @@ import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+# Hypothesis imports its optimiser lazily, deep inside a running property test; pytest rewrites
+# hypothesis's modules on import (it is a pytest plugin), and CPython 3.11's parser then failed once
+# at that depth ("AST constructor recursion depth mismatch"). Imported here, at the top level, instead.
+import hypothesis.internal.conjecture.optimiser  # noqa: F401
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
