@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from memkit._errors import (
+from memkit.errors import (
     BackendError,
     BackendTimeoutError,
     BackendUnavailableError,
@@ -28,27 +28,37 @@ from memkit._errors import (
     UnknownSchemeError,
     ValidationError,
 )
-from memkit._records import KINDS, Memory, MemoryKind, RecallHit, Scope
-from memkit._url import StorageURL
 
 if TYPE_CHECKING:
-    from memkit._backend import Weights
     from memkit._client import Memkit
-    from memkit._conversation import Turn
-    from memkit._longterm import LongTermConfig, LongTermMemory, MemoryPage, StoreResult
     from memkit._registry import open_backend
+    from memkit._url import StorageURL
+    from memkit.backend import Scope, Weights
+    from memkit.layers._turns import Turn
+    from memkit.layers.longterm import (
+        KINDS,
+        LongTermConfig,
+        LongTermMemory,
+        Memory,
+        MemoryKind,
+        MemoryPage,
+        RecallHit,
+        StoreResult,
+    )
 
 __version__ = "0.1.0"
 
 _LAZY = {
     "Memkit": "memkit._client",
-    "LongTermConfig": "memkit._longterm",
-    "LongTermMemory": "memkit._longterm",
-    "MemoryPage": "memkit._longterm",
-    "StoreResult": "memkit._longterm",
-    "Weights": "memkit._backend",
-    "Turn": "memkit._conversation",
     "open_backend": "memkit._registry",
+    "StorageURL": "memkit._url",
+    "Scope": "memkit.backend",
+    "Weights": "memkit.backend",
+    "Turn": "memkit.layers._turns",
+    **dict.fromkeys(
+        ("KINDS", "LongTermConfig", "LongTermMemory", "Memory", "MemoryKind", "MemoryPage", "RecallHit", "StoreResult"),
+        "memkit.layers.longterm",
+    ),
 }
 
 

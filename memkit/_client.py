@@ -12,13 +12,13 @@ from typing import Literal, Self
 import anyio
 from anyio.abc import TaskGroup
 
-from memkit._access import AccessTracker
-from memkit._backend import Backend
-from memkit._errors import ConfigurationError
-from memkit._longterm import LongTermConfig, LongTermMemory
 from memkit._registry import open_backend
 from memkit._url import StorageURL
+from memkit.backend import Backend
 from memkit.embedders import CachedEmbedder, Embedder, HashingEmbedder, LocalEmbedder
+from memkit.errors import ConfigurationError
+from memkit.layers.longterm._access import AccessTracker
+from memkit.layers.longterm import LongTermConfig, LongTermMemory
 
 __all__ = ["DEFAULT_URL", "Memkit", "resolve_embedder"]
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Final
 
-from memkit._backend import Backend
-from memkit._errors import ConfigurationError, MissingDependencyError, UnknownSchemeError
 from memkit._url import StorageURL
+from memkit.backend import Backend
+from memkit.errors import ConfigurationError, MissingDependencyError, UnknownSchemeError
 
 __all__ = ["ENTRY_POINT_GROUP", "KNOWN_BACKENDS", "BackendSpec", "backend_class", "known_schemes", "open_backend"]
 

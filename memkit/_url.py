@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from memkit._errors import InvalidURLError
+from memkit.errors import InvalidURLError
 
 __all__ = ["StorageURL"]
 

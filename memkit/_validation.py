@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
-from memkit._errors import ContentError, ImportanceError, ScopeError, ValidationError
-from memkit._records import Scope
+from memkit.backend import Scope
+from memkit.errors import ContentError, ImportanceError, ScopeError, ValidationError
 
-__all__ = ["check_content", "check_importance", "check_metadata", "epoch", "from_epoch", "require_scope"]
+__all__ = ["check_content", "check_importance", "check_metadata", "require_scope"]
 
 _json_encode = msgspec.json.encode
 
@@ -57,13 +56,3 @@ def require_scope(
     if user_id is None and agent_id is None and not all_scopes:
         raise ScopeError("pass user_id= or agent_id= (or all_scopes=True to search every scope on purpose)")
     return Scope(user_id=user_id, agent_id=agent_id, session_id=session_id)
-
-
-def epoch(moment: datetime) -> float:
-    if moment.tzinfo is None:
-        raise ValidationError(f"datetime {moment!r} has no timezone; use an aware datetime (e.g. UTC)")
-    return moment.timestamp()
-
-
-def from_epoch(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, UTC)

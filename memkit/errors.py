@@ -1,4 +1,122 @@
-"""memkit's error tree; see ``memkit._errors`` for the drawing."""
+"""The memkit error tree.
 
-from memkit._errors import *  # noqa: F403
-from memkit._errors import __all__ as __all__  # noqa: PLC0414 - explicit re-export
+Every error memkit raises derives from ``MemkitError``; driver errors are
+mapped to the most specific class below and chained (``raise ... from exc``).
+
+    MemkitError
+    ├── ConfigurationError
+    │   ├── InvalidURLError
+    │   ├── UnknownSchemeError
+    │   └── MissingDependencyError
+    ├── ValidationError                (also a ValueError)
+    │   ├── InvalidVectorError
+    │   │   └── DimensionMismatchError
+    │   ├── ContentError
+    │   └── ImportanceError
+    ├── ScopeError
+    ├── NotFoundError                  (also a KeyError)
+    ├── CapabilityError
+    ├── EmbeddingError
+    ├── CorruptDataError
+    └── BackendError
+        ├── BackendUnavailableError
+        └── BackendTimeoutError
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BackendError",
+    "BackendTimeoutError",
+    "BackendUnavailableError",
+    "CapabilityError",
+    "ConfigurationError",
+    "ContentError",
+    "CorruptDataError",
+    "DimensionMismatchError",
+    "EmbeddingError",
+    "ImportanceError",
+    "InvalidURLError",
+    "InvalidVectorError",
+    "MemkitError",
+    "MissingDependencyError",
+    "NotFoundError",
+    "ScopeError",
+    "UnknownSchemeError",
+    "ValidationError",
+]
+
+
+class MemkitError(Exception):
+    """Base class of every error memkit raises."""
+
+
+class ConfigurationError(MemkitError):
+    """The configuration (URL, settings, installed extras) cannot work."""
+
+
+class InvalidURLError(ConfigurationError):
+    """A storage URL could not be parsed or misses a required part."""
+
+
+class UnknownSchemeError(ConfigurationError):
+    """No backend is registered for a URL scheme."""
+
+
+class MissingDependencyError(ConfigurationError, ImportError):
+    """An optional dependency is not installed; the message names the pip command."""
+
+
+class ValidationError(MemkitError, ValueError):
+    """Input was rejected before anything was written."""
+
+
+class InvalidVectorError(ValidationError):
+    """A vector has NaN or infinite values, or the wrong shape."""
+
+
+class DimensionMismatchError(InvalidVectorError):
+    """A vector's dimension differs from the collection's."""
+
+
+class ContentError(ValidationError):
+    """Content is empty or longer than the configured limit."""
+
+
+class ImportanceError(ValidationError):
+    """Importance is outside 0..1."""
+
+
+class ScopeError(MemkitError):
+    """A call lacks the user or agent scope it needs, or asked across scopes without opting in."""
+
+
+class NotFoundError(MemkitError, KeyError):
+    """The requested record does not exist in the given scope."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class CapabilityError(MemkitError):
+    """The backend cannot do what was asked (e.g. vector search on plain Redis)."""
+
+
+class EmbeddingError(MemkitError):
+    """The embedder failed or returned something unusable."""
+
+
+class CorruptDataError(MemkitError):
+    """Stored data could not be decoded; nothing was changed."""
+
+
+class BackendError(MemkitError):
+    """The storage backend failed."""
+
+
+class BackendUnavailableError(BackendError):
+    """The storage server could not be reached."""
+
+
+class BackendTimeoutError(BackendError):
+    """The storage server did not answer in time."""

@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from memkit._errors import DimensionMismatchError, EmbeddingError, InvalidVectorError
+from memkit.errors import DimensionMismatchError, EmbeddingError, InvalidVectorError
 
 __all__ = ["CachedEmbedder", "Embedder", "as_unit_vectors"]
 

@@ -11,8 +11,8 @@ import anyio
 import anyio.to_thread
 import numpy as np
 
-from memkit._errors import EmbeddingError, MissingDependencyError
 from memkit.embedders._base import Matrix
+from memkit.errors import EmbeddingError, MissingDependencyError
 
 __all__ = ["LocalEmbedder"]
 

@@ -12,8 +12,8 @@ import httpx
 import msgspec
 import numpy as np
 
-from memkit._errors import BackendUnavailableError, ConfigurationError, EmbeddingError
 from memkit.embedders._base import Matrix
+from memkit.errors import BackendUnavailableError, ConfigurationError, EmbeddingError
 
 __all__ = ["OpenAICompatibleEmbedder"]
 

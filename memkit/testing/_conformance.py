@@ -11,9 +11,8 @@ import msgspec
 import numpy as np
 import pytest
 
-from memkit._backend import Backend, Query, Record, Weights
-from memkit._errors import DimensionMismatchError, MemkitError
-from memkit._records import Scope
+from memkit.backend import Backend, Query, Record, Scope, Weights
+from memkit.errors import DimensionMismatchError, MemkitError
 
 __all__ = ["BackendConformance", "KeyValueConformance", "make_record"]
 

@@ -7,9 +7,9 @@ import anyio
 import anyio.to_thread
 
 from memkit.backend import Backend, Capabilities, FilterValue, Hit, Page, Query, Record, Scope, StorageURL
-from memkit_backends._columnar import ColumnarCollection
-from memkit_backends._kv import ExpiringDict
-from memkit_backends._options import storage_dtype
+from memkit_backends._embedded.columnar import ColumnarCollection
+from memkit_backends._embedded.kv import ExpiringDict
+from memkit_backends._embedded.options import storage_dtype
 
 __all__ = ["OFFLOAD_MIN_ROWS", "InProcessCollections", "MemoryBackend"]
 

@@ -24,7 +24,7 @@ import numpy as np
 from memkit.backend import Backend, Capabilities, FilterValue, Hit, Page, Query, Record, Scope, StorageURL
 from memkit.errors import BackendError, BackendUnavailableError, DimensionMismatchError, InvalidURLError
 from memkit.text import tokenize
-from memkit_backends._retry import retrying
+from memkit_backends._server.retry import retrying
 from memkit_backends.postgres._hybrid import HybridQuery
 from memkit_backends.postgres._sql import (
     RECORD_COLUMNS,

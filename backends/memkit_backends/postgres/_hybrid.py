@@ -10,7 +10,7 @@ import numpy as np
 
 from memkit.backend import Query
 from memkit.text import tokenize
-from memkit_backends._rerank import Candidates, numbers_table
+from memkit_backends._server.rerank import Candidates, numbers_table
 from memkit_backends.postgres._sql import Where
 
 __all__ = ["HybridQuery"]

@@ -30,7 +30,7 @@ from memkit.errors import (
     DimensionMismatchError,
     InvalidURLError,
 )
-from memkit_backends._retry import retrying
+from memkit_backends._server.retry import retrying
 from memkit_backends.redis import _bulk as bulk
 from memkit_backends.redis._codec import (
     decode_record,

@@ -27,7 +27,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from memkit.backend import Query, Scores
 from memkit.errors import BackendError
 from memkit.text import tokenize
-from memkit_backends._rerank import Candidates, Table
+from memkit_backends._server.rerank import Candidates, Table
 from memkit_backends.redis._keys import NONE_EXPIRY, query_clauses, text_clauses
 
 __all__ = ["HybridSearch", "Row", "parse_rows", "prefilter"]

@@ -23,8 +23,8 @@ import anyio.to_thread
 from memkit.backend import Backend, Capabilities, FilterValue, Hit, Page, Query, Record, Scope, StorageURL
 from memkit.errors import BackendError, BackendUnavailableError, InvalidURLError
 from memkit.text import tokenize
-from memkit_backends._columnar import ColumnarCollection
-from memkit_backends._options import storage_dtype
+from memkit_backends._embedded.columnar import ColumnarCollection
+from memkit_backends._embedded.options import storage_dtype
 from memkit_backends.sqlite._schema import (
     RECORD_COLUMNS,
     create_schema,

@@ -9,10 +9,11 @@ from typing import Any
 
 import msgspec
 
-from memkit._backend import FilterValue, Hit, Record
-from memkit._conversation import TURN_KEY, Turn, turn_key
-from memkit._errors import CorruptDataError, ValidationError
-from memkit._records import Memory, MemoryKind, RecallHit, Scope, new_id, utcnow
+from memkit._time import new_id, utcnow
+from memkit.backend import FilterValue, Hit, Record, Scope
+from memkit.errors import CorruptDataError, ValidationError
+from memkit.layers._turns import TURN_KEY, Turn, turn_key
+from memkit.layers.longterm._records import Memory, MemoryKind, RecallHit
 from memkit.text import normalize_for_dedupe
 
 encode_memory = msgspec.json.Encoder().encode
@@ -64,10 +65,6 @@ def record_fields(memory: Memory) -> dict[str, str | int | float | bool]:
     if memory.kind == "turn" and isinstance(thread, str) and isinstance(position, int):
         fields[TURN_KEY] = turn_key(thread, position)
     return fields
-
-
-def now_epoch() -> float:
-    return utcnow().timestamp()
 
 
 def index_text(memory: Memory) -> str:

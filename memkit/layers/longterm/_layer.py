@@ -11,74 +11,39 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
-from memkit._access import AccessTracker
-from memkit._backend import Backend, FilterValue, Query, Record, Weights
-from memkit._conversation import (
+from memkit._time import epoch, new_id, now_epoch, utcnow
+from memkit._validation import check_content, check_importance, check_metadata, require_scope
+from memkit.backend import Backend, FilterValue, Query, Record, Scope, Weights
+from memkit.embedders import Embedder, as_unit_vectors
+from memkit.errors import BackendError, NotFoundError, ValidationError
+from memkit.layers._turns import (
     ThreadState,
     Turn,
     contexts,
     thread_state_key,
     turn_content,
 )
-from memkit._errors import BackendError, NotFoundError, ValidationError
-from memkit._mapping import (
+from memkit.layers.longterm._access import AccessTracker
+from memkit.layers.longterm._codec import (
     decode,
     dedupe_key,
     encode_memory,
     expiry,
     index_text,
-    now_epoch,
     record_fields,
     to_hit,
     turn_memories,
 )
-from memkit._mapping import filters as build_filters
-from memkit._mapping import merge as merge_memories
-from memkit._recall import neighbour_rerank, rrf_rerank
-from memkit._records import Memory, MemoryKind, RecallHit, Scope, new_id, utcnow
-from memkit._validation import check_content, check_importance, check_metadata, epoch, require_scope
-from memkit.embedders import Embedder, as_unit_vectors
+from memkit.layers.longterm._codec import filters as build_filters
+from memkit.layers.longterm._codec import merge as merge_memories
+from memkit.layers.longterm._ranking import neighbour_rerank, rrf_rerank
+from memkit.layers.longterm._records import LongTermConfig, Memory, MemoryKind, MemoryPage, RecallHit, StoreResult
 
-__all__ = ["LongTermConfig", "LongTermMemory", "MemoryPage", "StoreResult"]
+__all__ = ["LongTermMemory"]
 
 _REPLACE_ATTEMPTS = 20
 _encode_state = msgspec.json.Encoder().encode
 _decode_state = msgspec.json.Decoder(ThreadState).decode
-
-
-class LongTermConfig(msgspec.Struct, frozen=True, kw_only=True):
-    collection: str = "long_term"
-    min_importance: float = 0.0
-    """The importance gate: memories below it are not stored (the caller gets status "rejected")."""
-    max_content_chars: int = 8_000
-    dedupe: bool = True
-    merge_threshold: float = 0.92
-    """Cosine similarity at or above which a new memory updates an existing one in the same scope."""
-    default_k: int = 5
-    max_k: int = 200
-    min_score: float | None = None
-    """Relevance threshold: hits scoring below it are dropped."""
-    weights: Weights = msgspec.field(default_factory=Weights)
-    """Defaults chosen on the LoCoMo dev split; see the README's "Retrieval quality"."""
-    half_life_days: float = 30.0
-    track_access: bool = True
-    fusion: Literal["blend", "rrf"] = "blend"
-    """How similarity and lexical scores combine: weighted blend (measured best) or rank fusion."""
-    neighbour_weight: float = 0.5
-    """Share of the best neighbouring turn's score a conversation turn gets (0 turns this off)."""
-    context_turns: int = 1
-    """How many previous turns ``add_turns`` indexes with each turn as its context."""
-
-
-class StoreResult(msgspec.Struct, frozen=True, kw_only=True):
-    status: Literal["stored", "merged", "duplicate", "rejected"]
-    memory: Memory | None
-    reason: str | None = None
-
-
-class MemoryPage(msgspec.Struct, frozen=True, kw_only=True):
-    memories: list[Memory]
-    next_cursor: str | None
 
 
 class LongTermMemory:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import msgspec
 
-from memkit._backend import Backend, Hit, Query, Weights
-from memkit._conversation import TURN_KEY, turn_key
+from memkit.backend import Backend, Hit, Query, Weights
+from memkit.layers._turns import TURN_KEY, turn_key
 
 __all__ = ["RRF_K", "neighbour_rerank", "rrf_rerank"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from memkit_backends._rerank import Candidates, numbers_table
+from memkit_backends._server.rerank import Candidates, numbers_table
 
 from memkit.backend import Query, Scope, Weights
 

@@ -8,8 +8,8 @@ from collections import Counter
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memkit_backends._lexical import K1, B, Bm25Index
 
+from memkit.scoring._lexical import K1, B, Bm25Index
 from memkit.text import tokenize
 
 WORDS = ["apple", "banana", "cherry", "date", "elder", "fig", "grape"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from memkit_backends._columnar import ColumnarCollection
+from memkit_backends._embedded.columnar import ColumnarCollection
 
 from memkit.backend import Query, Scope, Weights
 from memkit.testing import make_record

@@ -10,7 +10,8 @@ from typing import Protocol
 
 import anyio
 
-from memkit._records import Scope, utcnow
+from memkit._time import utcnow
+from memkit.backend import Scope
 
 __all__ = ["AccessTracker"]
 

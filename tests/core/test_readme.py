@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent.parent / "README.md"
 
 
 def python_block(after_heading: str) -> str:

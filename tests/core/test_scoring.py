@@ -116,7 +116,7 @@ def test_kernels_load_from_cache_in_a_fresh_process() -> None:
     code = (
         "import numpy as np\n"
         "from memkit.scoring import _kernels\n"
-        "from tests.test_scoring import make_columns, params\n"
+        "from tests.core.test_scoring import make_columns, params\n"
         "from memkit.scoring import top_k\n"
         "top_k(make_columns(0, 50, 8), params(), 5, query=np.ones(8, np.float32))\n"
         "s = _kernels.scan_serial.stats\n"

@@ -17,8 +17,8 @@ import numpy.typing as npt
 from memkit.backend import FieldValue, FilterValue, Hit, Page, Query, Record, Scope, Scores, scope_matches
 from memkit.errors import DimensionMismatchError
 from memkit.scoring import Columns, ScoreParams, StorageDtype, encode_vectors, top_k
+from memkit.scoring._lexical import Bm25Index
 from memkit.text import tokenize
-from memkit_backends._lexical import Bm25Index
 
 __all__ = ["ColumnarCollection"]
 

@@ -3,7 +3,7 @@
 A turn is stored as ``Speaker: text`` with the previous turn(s) as its
 context: indexed for retrieval (a question often matches the turn before the
 answer), never shown as content. Turns of one thread are numbered, so recall
-can give a turn part of its neighbours' scores (see ``memkit._recall``).
+can give a turn part of its neighbours' scores (see ``memkit.layers.longterm._ranking``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import msgspec
 
-from memkit._records import Scope
+from memkit.backend import Scope
 
 __all__ = ["TURN_KEY", "ThreadState", "Turn", "contexts", "thread_state_key", "turn_content", "turn_key"]
 

@@ -1,0 +1,1 @@
+"""Helpers shared by the server backends (redis://, postgresql://): candidates, retries, errors."""

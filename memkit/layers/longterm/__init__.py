@@ -1,0 +1,23 @@
+"""Long-term memory: facts, preferences, decisions and knowledge, recalled by a hybrid score."""
+
+from memkit.layers.longterm._layer import LongTermMemory
+from memkit.layers.longterm._records import (
+    KINDS,
+    LongTermConfig,
+    Memory,
+    MemoryKind,
+    MemoryPage,
+    RecallHit,
+    StoreResult,
+)
+
+__all__ = [
+    "KINDS",
+    "LongTermConfig",
+    "LongTermMemory",
+    "Memory",
+    "MemoryKind",
+    "MemoryPage",
+    "RecallHit",
+    "StoreResult",
+]
