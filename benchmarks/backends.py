@@ -33,9 +33,10 @@ import anyio
 import numpy as np
 from tqdm import tqdm
 
-from benchmarks._report import print_table, write_json
 from memkit import open_backend
 from memkit.backend import Backend, Query, Record, Scope, Weights
+
+from ._report import print_table, write_json
 
 DIM = 384
 USERS = 100
@@ -107,8 +108,9 @@ async def overlap(
 async def locomo_set(path: str | None) -> tuple[list[Record], list[Query]] | None:
     if not path:
         return None
-    from benchmarks._locomo_data import load
     from memkit.embedders import LocalEmbedder
+
+    from ._locomo_data import load
 
     conversations = load(Path(path))
     embedder = LocalEmbedder()

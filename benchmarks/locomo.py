@@ -26,10 +26,11 @@ import msgspec
 import numpy as np
 from tqdm import tqdm
 
-from benchmarks._locomo_data import CATEGORIES, Conversation, load, resolve_path
-from benchmarks._report import print_table, write_json
 from memkit import LongTermConfig, Memkit, Turn, Weights
 from memkit.embedders import CachedEmbedder, Embedder, HashingEmbedder, LocalEmbedder
+
+from ._locomo_data import CATEGORIES, Conversation, load, resolve_path
+from ._report import print_table, write_json
 
 KS = (5, 10, 25)
 COMPARE: dict[str, dict[str, Any]] = {

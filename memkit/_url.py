@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from urllib.parse import parse_qsl, unquote, urlsplit
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final, TypeVar
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from memkit.errors import InvalidURLError
 
-__all__ = ["StorageURL"]
+__all__ = ["SECRET_OPTIONS", "StorageURL"]
+
+T = TypeVar("T", int, float, str, bool)
+
+SECRET_OPTIONS: Final = frozenset(
+    {"password", "sslpassword", "api_key", "apikey", "token", "access_token", "secret", "auth", "key"}
+)
+"""Query options whose values are masked wherever the URL is shown."""
+_TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
 
 
 class StorageURL:
@@ -52,13 +61,51 @@ class StorageURL:
         """For file URLs: ``sqlite:///rel.db`` -> ``rel.db``, ``sqlite:////abs.db`` -> ``/abs.db``."""
         return self.path[1:] if self.path.startswith("/") else self.path
 
+    def option(self, name: str, default: T, *, choices: Sequence[str] | None = None, minimum: float | None = None) -> T:
+        """The option ``name`` parsed as the type of ``default`` (absent: ``default``); a value that does not
+        parse, is not among ``choices`` or is below ``minimum`` raises ``InvalidURLError`` naming both."""
+        raw = self.options.get(name)
+        if raw is None:
+            return default
+        kind = type(default)
+        try:
+            if kind is bool:
+                if raw.lower() not in _TRUE | _FALSE:
+                    raise ValueError(raw)
+                value: T = raw.lower() in _TRUE
+            else:
+                value = kind(raw.lower() if choices else raw)
+        except ValueError:
+            expected = {int: "an integer", float: "a number", bool: "true or false"}.get(kind, "a string")
+            raise InvalidURLError(f"{name}={raw!r} in {self}: expected {expected}") from None
+        if choices is not None and value not in choices:
+            raise InvalidURLError(f"{name}={raw!r} in {self}: use one of {', '.join(choices)}")
+        if minimum is not None and isinstance(value, int | float) and value < minimum:
+            raise InvalidURLError(f"{name}={raw!r} in {self}: must be >= {minimum}")
+        return value
+
+    def check_options(self, known: Iterable[str]) -> None:
+        """Refuse options this backend does not know (a misspelled ``synchronus=full`` must not be ignored)."""
+        allowed = set(known)
+        unknown = sorted(set(self.options) - allowed)
+        if unknown:
+            raise InvalidURLError(
+                f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} in {self}; "
+                f"{self.scheme}:// accepts {', '.join(sorted(allowed)) or 'no options'}"
+            )
+
     def __str__(self) -> str:
-        if self.password is None:
-            return self._raw
-        parts = urlsplit(self._raw)
-        user = parts.username or ""
-        netloc = f"{user}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
-        return parts._replace(netloc=netloc).geturl()
+        text = self._raw
+        if self.password is not None:
+            parts = urlsplit(text)
+            user = parts.username or ""
+            netloc = f"{user}:***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+            text = parts._replace(netloc=netloc).geturl()
+        if any(name.lower() in SECRET_OPTIONS for name in self.options):
+            base, _, query = text.partition("?")
+            masked = [(k, "***" if k.lower() in SECRET_OPTIONS else v) for k, v in parse_qsl(query)]
+            text = f"{base}?{urlencode(masked, safe='*/:')}"
+        return text
 
     def __repr__(self) -> str:
         return f"StorageURL({str(self)!r})"
@@ -73,6 +120,8 @@ class StorageURL:
 def _mask_unparsed(url: object) -> str:
     """Best-effort masking for strings that failed to parse."""
     text = str(url)
+    if "?" in text:
+        text = text.split("?", 1)[0] + "?..."
     if "@" in text and "://" in text:
         scheme, rest = text.split("://", 1)
         return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"

@@ -1,12 +1,24 @@
-"""The backend contract every storage adapter implements.
+"""The backend contract every storage adapter implements: two faces, declared separately.
 
-A backend stores ``Record``s in named collections. Each record has an id, a
-scope, an opaque body (the layer's encoded struct), optional text and vector,
-the two numbers the scoring kernel needs (importance, timestamp), an optional
-expiry and a few filterable fields. Scope, expiry and filters are applied
-inside the store, never after. Every memory layer is written once, in the
-core, over this contract; adapters declare what they can do in
-``Capabilities`` and raise ``CapabilityError`` for the rest.
+The record face (``RecordStore``) stores ``Record``s in named collections. Each
+record has an id, a scope, an opaque body (the layer's encoded struct), optional
+text and vector, the two numbers the scoring kernel needs (importance,
+timestamp), an optional expiry, filterable fields (scalars, or tuples of tags
+matched any-of) and access counters kept beside it. Scope, expiry and filters
+are applied inside the store, never after.
+
+The key-value face (``KeyValueStore``) keeps small blobs per namespace with
+expiry, compare-and-set, and ordered listing by prefix: thread state, caches,
+checkpoints and working memory live there.
+
+One clock: every expiry, of records and of keys alike, is compared with the
+caller's ``now`` (Unix seconds; ``None`` means this process's clock), never a
+server's, so a test moves time by passing ``now`` instead of sleeping.
+
+Every memory layer is written once, in the core, over this contract; adapters
+declare what they can do in ``Capabilities`` (the client refuses at open a layer
+pointed at a backend that cannot serve it) and raise ``CapabilityError`` for
+the rest.
 """
 
 from __future__ import annotations
@@ -20,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeAlias
 import msgspec
 
 from memkit._url import StorageURL
+from memkit.errors import ScopeError, ValidationError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,21 +42,30 @@ __all__ = [
     "Backend",
     "Capabilities",
     "FieldValue",
+    "Fields",
     "FilterValue",
     "Hit",
+    "KVPage",
+    "KeyValueStore",
     "Page",
     "Query",
     "Record",
+    "RecordStore",
     "Scope",
     "Scores",
     "StorageURL",
     "Vector",
     "Weights",
+    "check_key",
+    "require_scope",
     "scope_matches",
 ]
 
 Vector: TypeAlias = "npt.NDArray[np.float32]"
 FieldValue = str | int | float | bool
+Fields = dict[str, FieldValue | tuple[str, ...]]
+"""A record's filterable fields: a scalar, or a tuple of tags (a record matches a tag filter when any of
+its tags is among the wanted values)."""
 FilterValue = FieldValue | list[FieldValue] | tuple[FieldValue, ...]
 """A scalar means equality; a list or tuple means "any of"."""
 
@@ -72,11 +94,21 @@ def scope_matches(record_scope: Scope, wanted: Scope) -> bool:
 
 
 class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
+    """What a backend can do; the client checks each layer's needs against these at open."""
+
+    records: bool = True
+    """The record face works (plain Redis, without the search module: False)."""
+    kv: bool = True
+    """The key-value face works (Pinecone, Weaviate: False)."""
     vector_search: bool = False
     text_search: bool = False
+    filtered_scan: bool = True
+    """``scan`` and ``count`` by fields without a vector."""
+    atomic_replace: bool = True
+    """``replace`` and ``kv_replace`` are true compare-and-set across clients."""
     ttl: bool = False
-    transactions: bool = False
     persistent: bool = False
+    """Data outlives the process."""
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,9 +120,13 @@ class Record(msgspec.Struct, frozen=True, kw_only=True):
     """``None`` or a 1-d float32 array, already validated."""
     importance: float = 0.0
     timestamp: float = 0.0
-    """Unix seconds the recency signal is measured from."""
+    """Unix seconds the recency signal is measured from; ``scan`` orders by it."""
     expires_at: float | None = None
-    fields: dict[str, FieldValue] = msgspec.field(default_factory=dict)
+    fields: Fields = msgspec.field(default_factory=dict)
+    access_count: int = 0
+    """Kept beside the record by ``touch``; ignored by ``upsert`` and ``replace`` (they keep it)."""
+    last_accessed: float | None = None
+    """Unix seconds of the latest ``touch``, beside the record like ``access_count``."""
 
     def is_expired(self, now: float) -> bool:
         return self.expires_at is not None and self.expires_at <= now
@@ -111,6 +147,22 @@ class Weights(msgspec.Struct, frozen=True, kw_only=True):
                 raise msgspec.ValidationError(f"weight {name} must be finite and >= 0, got {value}")
 
 
+def require_scope(scope: Scope, all_scopes: bool) -> None:
+    """The contract's guard: an empty scope reads or writes across every user, so it needs the opt-in."""
+    if scope.is_empty() and not all_scopes:
+        raise ScopeError("an empty scope reaches every user's records; pass all_scopes=True to mean it")
+
+
+def check_key(namespace: str, key: str) -> None:
+    """The key-value face's one rule for names, on every backend: strings without NUL (Postgres text
+    cannot hold one). Layers build keys from user ids injectively (``memkit.layers._keys``)."""
+    for what, value in (("namespace", namespace), ("key", key)):
+        if not isinstance(value, str):
+            raise ValidationError(f"key-value {what} must be a string, got {type(value).__name__}")
+        if "\x00" in value:
+            raise ValidationError(f"key-value {what} {value!r} contains a NUL character")
+
+
 class Query(msgspec.Struct, frozen=True, kw_only=True):
     scope: Scope
     """Applied in the store always: every id set here must match."""
@@ -125,6 +177,9 @@ class Query(msgspec.Struct, frozen=True, kw_only=True):
     half_life_s: float = 30 * 86400.0
     min_importance: float = 0.0
     min_score: float = -math.inf
+
+    def __post_init__(self) -> None:
+        require_scope(self.scope, self.all_scopes)
 
 
 class Scores(msgspec.Struct, frozen=True, kw_only=True):
@@ -143,10 +198,18 @@ class Hit(msgspec.Struct, frozen=True, kw_only=True):
 class Page(msgspec.Struct, frozen=True, kw_only=True):
     records: list[Record]
     next_cursor: str | None = None
+    """Opaque; pass it back for the next page. Keyset, never an offset: a record present for the whole
+    scan is visited exactly once, whatever is inserted or deleted meanwhile."""
 
 
-class Backend(ABC):
-    """Abstract storage backend. Use as ``async with backend: ...``."""
+class KVPage(msgspec.Struct, frozen=True, kw_only=True):
+    items: list[tuple[str, bytes]]
+    """(key, value) pairs in ascending key order (by code point)."""
+    next_cursor: str | None = None
+
+
+class _Lifecycle(ABC):
+    """Connection lifecycle shared by both faces: ``async with backend: ...``."""
 
     capabilities: Capabilities = Capabilities()
 
@@ -160,14 +223,26 @@ class Backend(ABC):
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.close()
+        await self.aclose()
 
     @abstractmethod
     async def open(self) -> None:
-        """Connect and create what is missing (idempotent)."""
+        """Connect, then ``setup()`` (idempotent)."""
+
+    async def setup(self) -> None:
+        """Create or upgrade what the backend needs (schemas, tables); idempotent, safe to run concurrently."""
+        return None
 
     @abstractmethod
-    async def close(self) -> None: ...
+    async def aclose(self) -> None:
+        """Release connections; idempotent."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.url)!r})"
+
+
+class RecordStore(_Lifecycle):
+    """The record face: what Pinecone or Weaviate implement."""
 
     @abstractmethod
     async def ensure_collection(self, name: str, dim: int | None) -> None:
@@ -175,13 +250,14 @@ class Backend(ABC):
 
     @abstractmethod
     async def upsert(self, collection: str, records: Sequence[Record]) -> None:
-        """Insert or replace records, all or none."""
+        """Insert or replace records, all or none. Access counters of replaced records are kept."""
 
     @abstractmethod
-    async def replace(self, collection: str, record: Record, expected_body: bytes) -> bool:
-        """Atomically write ``record`` over the stored record with its id, but only if that record's body
-        still equals ``expected_body``; False (nothing written) if it changed or is gone. This is how the
-        layers merge and update without losing a concurrent writer's change, in any process."""
+    async def replace(self, collection: str, record: Record, expected_body: bytes | None) -> bool:
+        """Compare-and-set: write ``record`` only if the stored record with its id has body ``expected_body``
+        (``None``: only if no record has that id). True when written, and also when the stored body already
+        equals ``record.body`` (a retried call that had succeeded); False, writing nothing, otherwise.
+        Writers that could race with an identical body must make bodies unique (a nonce)."""
 
     @abstractmethod
     async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
@@ -189,7 +265,7 @@ class Backend(ABC):
 
     @abstractmethod
     async def delete(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> int:
-        """Delete by id (only within ``scope`` when given); returns how many existed."""
+        """Delete by id (only within ``scope`` when given), counters included; returns how many existed."""
 
     @abstractmethod
     async def query(self, collection: str, query: Query) -> list[Hit]:
@@ -205,27 +281,73 @@ class Backend(ABC):
         limit: int = 100,
         cursor: str | None = None,
         now: float | None = None,
+        newest_first: bool = False,
+        all_scopes: bool = False,
     ) -> Page:
-        """Records in ``scope`` (empty scope: all) ordered by id; expired ones skipped when ``now`` is given."""
+        """Records in ``scope`` ordered by (timestamp, id), oldest first unless ``newest_first``; expired ones
+        skipped when ``now`` is given. An empty scope needs ``all_scopes=True``."""
+
+    @abstractmethod
+    async def count(
+        self,
+        collection: str,
+        scope: Scope,
+        *,
+        filters: Mapping[str, FilterValue] | None = None,
+        now: float | None = None,
+        all_scopes: bool = False,
+    ) -> int:
+        """How many records ``scan`` would visit with the same arguments."""
 
     @abstractmethod
     async def delete_expired(self, collection: str, now: float) -> int: ...
 
     @abstractmethod
-    async def kv_get(self, namespace: str, key: str) -> bytes | None: ...
+    async def touch(self, collection: str, counts: Mapping[str, int], at: float) -> None:
+        """Add ``counts[id]`` to each record's ``access_count`` and set ``last_accessed`` to ``at`` (if later),
+        atomically per record, re-indexing nothing; ids that no longer exist are ignored."""
+
+
+class KeyValueStore(_Lifecycle):
+    """The key-value face: what plain Redis implements. Expiry is judged by the caller's ``now``."""
 
     @abstractmethod
-    async def kv_set(self, namespace: str, key: str, value: bytes, ttl_s: float | None = None) -> None: ...
+    async def kv_get(self, namespace: str, key: str, *, now: float | None = None) -> bytes | None: ...
 
     @abstractmethod
-    async def kv_delete(self, namespace: str, key: str) -> bool: ...
+    async def kv_set(
+        self, namespace: str, key: str, value: bytes, ttl_s: float | None = None, *, now: float | None = None
+    ) -> None: ...
+
+    @abstractmethod
+    async def kv_delete(self, namespace: str, key: str, *, now: float | None = None) -> bool:
+        """Delete a key; True when a live (unexpired) value was there."""
 
     @abstractmethod
     async def kv_replace(
-        self, namespace: str, key: str, value: bytes, expected: bytes | None, ttl_s: float | None = None
+        self,
+        namespace: str,
+        key: str,
+        value: bytes,
+        expected: bytes | None,
+        ttl_s: float | None = None,
+        *,
+        now: float | None = None,
     ) -> bool:
-        """Atomically set ``value`` only if the current value equals ``expected`` (None: the key is absent
-        or expired); False, writing nothing, otherwise."""
+        """Compare-and-set: set ``value`` only if the live value equals ``expected`` (``None``: the key is absent
+        or expired). True when written, and also when the live value already equals ``value`` (a retried call
+        that had succeeded); False, writing nothing, otherwise."""
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self.url)!r})"
+    @abstractmethod
+    async def kv_scan(
+        self, namespace: str, *, prefix: str = "", limit: int = 100, cursor: str | None = None, now: float | None = None
+    ) -> KVPage:
+        """Live keys starting with ``prefix``, in ascending order, ``limit`` at a time."""
+
+    @abstractmethod
+    async def kv_delete_prefix(self, namespace: str, prefix: str = "") -> int:
+        """Delete every key of ``namespace`` starting with ``prefix``; returns how many were deleted."""
+
+
+class Backend(RecordStore, KeyValueStore):
+    """Both faces: memory, sqlite, Redis (Stack) and Postgres. ``capabilities`` says which work."""

@@ -84,12 +84,34 @@ def _demo_step(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    """A benchmark from an install (``memkit_benchmarks``) or from a checkout (``benchmarks``)."""
+    import importlib
+
+    for package in ("memkit_benchmarks", "benchmarks"):
+        try:
+            module = importlib.import_module(f"{package}.{args.name}")
+        except ModuleNotFoundError as exc:
+            if exc.name not in (package, f"{package}.{args.name}"):
+                raise
+            continue
+        sys.argv = [f"memkit bench {args.name}", *args.args]  # each benchmark parses its own options
+        module.main()
+        return 0
+    print(f"memkit bench: no benchmark {args.name!r} (try scoring, locomo, backends, ingest)", file=sys.stderr)
+    return 2
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="memkit", description="Layered, async memory for AI agents.")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="long-term memory across two processes on embedded SQLite")
     demo.add_argument("--db", default="memkit-demo.db", help="SQLite file to use (default: memkit-demo.db)")
     demo.set_defaults(handler=_demo)
+    bench = commands.add_parser("bench", help="run a benchmark: memkit bench NAME [its options]")
+    bench.add_argument("name")
+    bench.add_argument("args", nargs=argparse.REMAINDER)
+    bench.set_defaults(handler=_bench)
     step = commands.add_parser("demo-step", help=argparse.SUPPRESS)
     step.add_argument("step", choices=["store", "recall"])
     step.add_argument("--url", required=True)

@@ -4,6 +4,7 @@ Every error memkit raises derives from ``MemkitError``; driver errors are
 mapped to the most specific class below and chained (``raise ... from exc``).
 
     MemkitError
+    ├── NotOpenError                   (also a RuntimeError) a client used before open() or after aclose()
     ├── ConfigurationError
     │   ├── InvalidURLError
     │   ├── UnknownSchemeError
@@ -19,18 +20,22 @@ mapped to the most specific class below and chained (``raise ... from exc``).
     ├── EmbeddingError
     ├── CorruptDataError
     └── BackendError
-        ├── BackendUnavailableError
-        └── BackendTimeoutError
+        ├── BackendUnavailableError    the server could not be reached
+        ├── BackendRefusedError        reached, and it refused (credentials, database, role, DB index)
+        ├── BackendTimeoutError        (also a TimeoutError)
+        └── ConflictError              compare-and-set kept losing to concurrent writers
 """
 
 from __future__ import annotations
 
 __all__ = [
     "BackendError",
+    "BackendRefusedError",
     "BackendTimeoutError",
     "BackendUnavailableError",
     "CapabilityError",
     "ConfigurationError",
+    "ConflictError",
     "ContentError",
     "CorruptDataError",
     "DimensionMismatchError",
@@ -41,6 +46,7 @@ __all__ = [
     "MemkitError",
     "MissingDependencyError",
     "NotFoundError",
+    "NotOpenError",
     "ScopeError",
     "UnknownSchemeError",
     "ValidationError",
@@ -49,6 +55,10 @@ __all__ = [
 
 class MemkitError(Exception):
     """Base class of every error memkit raises."""
+
+
+class NotOpenError(MemkitError, RuntimeError):
+    """A client was used before ``open()`` (or ``async with``) or after ``aclose()``."""
 
 
 class ConfigurationError(MemkitError):
@@ -118,5 +128,13 @@ class BackendUnavailableError(BackendError):
     """The storage server could not be reached."""
 
 
-class BackendTimeoutError(BackendError):
+class BackendRefusedError(BackendError):
+    """The storage server was reached and refused: wrong credentials, no such database, role or DB index."""
+
+
+class BackendTimeoutError(BackendError, TimeoutError):
     """The storage server did not answer in time."""
+
+
+class ConflictError(BackendError):
+    """A compare-and-set kept losing to concurrent writers; nothing was changed. Retrying later may work."""

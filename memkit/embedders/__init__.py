@@ -7,6 +7,7 @@ from memkit.embedders._base import CachedEmbedder, Embedder, as_unit_vectors
 from memkit.embedders._hashing import HashingEmbedder
 from memkit.embedders._local import LocalEmbedder
 from memkit.embedders._openai import OpenAICompatibleEmbedder
+from memkit.embedders._resolve import resolve_embedder
 
 __all__ = [
     "CachedEmbedder",
@@ -15,4 +16,5 @@ __all__ = [
     "LocalEmbedder",
     "OpenAICompatibleEmbedder",
     "as_unit_vectors",
+    "resolve_embedder",
 ]

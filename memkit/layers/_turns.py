@@ -1,9 +1,12 @@
-"""Conversation turns as long-term memories.
+"""Conversation turns, shared by the layers that keep a dialogue (long-term now, short-term next).
 
-A turn is stored as ``Speaker: text`` with the previous turn(s) as its
-context: indexed for retrieval (a question often matches the turn before the
-answer), never shown as content. Turns of one thread are numbered, so recall
-can give a turn part of its neighbours' scores (see ``memkit.layers.longterm._ranking``).
+A turn is stored as ``Speaker: text`` with the previous turn(s) as its context: indexed for retrieval
+(a question often matches the turn before the answer), never shown as content. Turns of one thread are
+numbered, so recall can give a turn part of its neighbours' scores
+(``memkit.layers.longterm._ranking``).
+
+Threads are numbered per scope and thread name: the same thread name in two sessions of one user is
+two threads (the session is part of the key), so their numbering and context never mix.
 """
 
 from __future__ import annotations
@@ -14,12 +17,26 @@ from typing import Any, Final
 
 import msgspec
 
+from memkit._time import new_id
 from memkit.backend import Scope
+from memkit.layers._keys import key_of, parse_key
 
-__all__ = ["TURN_KEY", "ThreadState", "Turn", "contexts", "thread_state_key", "turn_content", "turn_key"]
+__all__ = [
+    "THREAD_NAMESPACE",
+    "TURN_KEY",
+    "ThreadState",
+    "Turn",
+    "contexts",
+    "thread_id",
+    "thread_state_key",
+    "thread_scope",
+    "thread_state_prefix",
+    "turn_content",
+    "turn_key",
+]
 
 TURN_KEY: Final = "turn"
-"""Record field holding ``thread#position`` for turns."""
+"""Record field holding ``<thread id>#<position>`` for turns."""
 THREAD_NAMESPACE: Final = "memkit.threads"
 
 
@@ -38,11 +55,38 @@ class ThreadState(msgspec.Struct, kw_only=True):
 
     next_position: int = 0
     recent: list[str] = msgspec.field(default_factory=list)
+    """The last turns' contents, the context of the next turn; emptied of a turn when it is forgotten."""
+    writer: str = ""
+    """Unique per write: two appenders that computed the same state never both win its compare-and-set."""
+
+    def stamped(self) -> ThreadState:
+        self.writer = new_id()
+        return self
+
+
+def thread_id(scope: Scope, thread: str) -> str:
+    """A thread's identity inside a collection: its scope and name, injectively."""
+    return key_of(scope.user_id, scope.agent_id, scope.session_id, thread)
 
 
 def thread_state_key(collection: str, scope: Scope, thread: str) -> tuple[str, str]:
-    parts = (collection, scope.user_id or "", scope.agent_id or "", thread)
-    return THREAD_NAMESPACE, "\x1f".join(parts)
+    return THREAD_NAMESPACE, key_of(collection) + "|" + thread_id(scope, thread)
+
+
+def thread_state_prefix(collection: str) -> str:
+    return key_of(collection) + "|"
+
+
+def thread_scope(collection: str, key: str) -> tuple[Scope, str] | None:
+    """The scope and thread name of a thread-state key of ``collection`` (None for another's)."""
+    prefix = thread_state_prefix(collection)
+    if not key.startswith(prefix):
+        return None
+    try:
+        user, agent, session, thread = parse_key(key[len(prefix) :])
+    except ValueError:
+        return None
+    return Scope(user_id=user, agent_id=agent, session_id=session), thread or ""
 
 
 def turn_key(thread: str, position: int) -> str:

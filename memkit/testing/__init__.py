@@ -15,6 +15,9 @@ Tests that need a capability the backend does not declare are skipped.
 Needs pytest; runs under anyio's pytest plugin (shipped with anyio).
 """
 
-from memkit.testing._conformance import BackendConformance, KeyValueConformance, make_record
+from memkit.testing._helpers import make_record
+from memkit.testing._kv import KeyValueConformance
+from memkit.testing._layers import LongTermConformance
+from memkit.testing._records import BackendConformance
 
-__all__ = ["BackendConformance", "KeyValueConformance", "make_record"]
+__all__ = ["BackendConformance", "KeyValueConformance", "LongTermConformance", "make_record"]

@@ -9,7 +9,7 @@ from memkit_backends._embedded.columnar import ColumnarCollection
 
 from memkit.backend import Query, Scope, Weights
 from memkit.testing import make_record
-from memkit.testing._conformance import unit
+from memkit.testing._helpers import unit
 
 
 def test_growth_delete_and_compaction_keep_results_right() -> None:

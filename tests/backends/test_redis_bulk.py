@@ -30,8 +30,9 @@ async def test_refused_write_raises_and_the_connection_stays_usable(redis_url: s
     async with open_backend(url) as backend:
         await backend.ensure_collection("c", 8)
         redis.Redis.from_url(url.split("?")[0]).set(collection_prefix("c") + "taken", "a string, not a hash")
-        with pytest.raises(BackendError, match="WRONGTYPE"):
+        with pytest.raises(BackendError, match="WRONGTYPE") as caught:
             await backend.upsert("c", [make_record("ok", seed=1), make_record("taken", seed=2)])
+        assert isinstance(caught.value.__cause__, redis.ResponseError)  # chained, as every mapped error
         for _ in range(5):  # the pool's connections still answer in order
             await backend.upsert("c", [make_record(f"after{_}", seed=3)])
         assert [r.id for r in await backend.get("c", ["after4", "ok"])] == ["after4", "ok"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 import redis
-from memkit_backends.redis import _backend as redis_backend
 from memkit_backends.redis import _codec as codec
-from memkit_backends.redis._keys import body_prefix_of, collection_prefix, index_name
+from memkit_backends.redis import _collections as collections
+from memkit_backends.redis._keys import body_prefix_of, collection_prefix, counters_prefix_of, index_name
 
 from memkit import open_backend
 from memkit.backend import Query, Scope, Weights
@@ -51,7 +51,7 @@ async def test_the_scope_adds_nothing_to_text_scores(redis_url: str) -> None:
 async def test_an_index_made_before_scope_numbers_is_upgraded(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     url = fresh_redis_url(redis_url)
     with monkeypatch.context() as old_version:  # what earlier releases wrote: no numeric scope fields
-        old_version.setattr(redis_backend, "_SCOPE_NUMBER_SCHEMA", ())
+        old_version.setattr(collections, "SCOPE_NUMBER_SCHEMA", ())
         old_version.setattr(codec, "scope_numbers", lambda scope: {})
         async with open_backend(url) as backend:
             await backend.upsert("c", _records())
@@ -65,7 +65,7 @@ async def test_an_index_made_before_scope_numbers_is_upgraded(redis_url: str, mo
         before = [h.record.id for h in await backend.query("c", ask)]  # tags still serve the text query
         await backend.ensure_collection("c", 8)
         after = [h.record.id for h in await backend.query("c", ask)]
-        assert "c" in backend._scope_numbers  # type: ignore[attr-defined]
+        assert "c" in backend._collections.scope_numbers  # type: ignore[attr-defined]
         [record] = await backend.get("c", ["a3"])
         assert record.body == b"body:a3"  # read from the hash, where it was
         assert await backend.replace("c", msgspec.structs.replace(record, body=b"new"), b"body:a3")
@@ -99,3 +99,27 @@ async def test_a_body_only_change_leaves_the_index_alone(redis_url: str) -> None
     stats = dict(zip(info[::2], info[1::2], strict=True))
     assert int(stats[b"max_doc_id"]) == len(records) + 1
     assert after == before
+
+
+async def test_touches_index_nothing(redis_url: str) -> None:
+    # Access counters live in a key of their own beside each record: a recall's touch must not rewrite the
+    # indexed hash (each rewrite is a new document to RediSearch, with the drift measured above).
+    url = fresh_redis_url(redis_url)
+    records = _records()
+    async with open_backend(url) as backend:
+        await backend.upsert("c", records)
+        ask = Query(scope=Scope(user_id="alice"), text="apple kiwi", k=24, weights=LEXICAL_ONLY)
+        before = {h.record.id: h.scores.lexical for h in await backend.query("c", ask)}
+        for n in range(100):
+            await backend.touch("c", {f"a{n % 24}": 1, "ghost": 1}, 1_000.0 + n)
+        after = {h.record.id: (h.scores.lexical, h.record.access_count) for h in await backend.query("c", ask)}
+        [record] = await backend.get("c", ["a0"])
+        assert (record.access_count, record.last_accessed) == (5, 1_096.0)
+    client = redis.Redis.from_url(url.split("?")[0], protocol=2)
+    info = client.execute_command("FT.INFO", index_name("c"))
+    assert not client.exists(counters_prefix_of("c") + "ghost")  # unknown ids are ignored, not created
+    client.close()
+    stats = dict(zip(info[::2], info[1::2], strict=True))
+    assert int(stats[b"max_doc_id"]) == len(records)
+    assert {i: lexical for i, (lexical, _) in after.items()} == before
+    assert sum(count for _, count in after.values()) == 100

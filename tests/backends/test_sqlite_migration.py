@@ -1,32 +1,124 @@
-"""A file written with schema 1 (full-text index without the scope column) opens and is upgraded."""
+"""Files written by older versions open and are upgraded in place: schema 1 (full-text index without the
+scope column) and schema 2 (no access counters, no physical key expiry, no pruned deletion log) -> 3."""
 
 from __future__ import annotations
 
 import sqlite3
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
+import numpy as np
 import pytest
+from memkit_backends.sqlite._schema import scope_tokens
 
-from memkit import Memkit
-from memkit.embedders import HashingEmbedder
+from memkit import open_backend
+from memkit.backend import Backend, Query, Scope, Weights
+from memkit.errors import CorruptDataError
 
 pytestmark = pytest.mark.anyio
 
+# What versions 1 and 2 wrote, verbatim (version 1 differs in the full-text table only).
+_V2_TABLES = """
+CREATE TABLE memkit_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT INTO memkit_meta (key, value) VALUES ('schema_version', {version}), ('change_seq', 1);
+CREATE TABLE memkit_collections (name TEXT PRIMARY KEY, dim INTEGER);
+CREATE TABLE memkit_records (
+    collection TEXT NOT NULL, id TEXT NOT NULL, user_id TEXT, agent_id TEXT, session_id TEXT,
+    body BLOB NOT NULL, text TEXT, vector BLOB, importance REAL NOT NULL, timestamp REAL NOT NULL,
+    expires_at REAL, fields BLOB NOT NULL, seq INTEGER NOT NULL, UNIQUE (collection, id)
+);
+CREATE INDEX memkit_records_seq ON memkit_records (seq);
+CREATE INDEX memkit_records_scope ON memkit_records (collection, user_id, agent_id, session_id);
+CREATE INDEX memkit_records_expiry ON memkit_records (collection, expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE memkit_deletions (seq INTEGER PRIMARY KEY, collection TEXT NOT NULL, id TEXT NOT NULL);
+CREATE TABLE memkit_kv (
+    namespace TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, expires_at REAL,
+    PRIMARY KEY (namespace, key)
+) WITHOUT ROWID;
+"""
+_FTS = {
+    1: "CREATE VIRTUAL TABLE memkit_records_fts USING fts5 (tokens, tokenize = 'unicode61')",
+    2: "CREATE VIRTUAL TABLE memkit_records_fts USING fts5 (tokens, scope, tokenize = 'unicode61')",
+}
+LEXICAL = Weights(similarity=0.0, lexical=1.0, recency=0.0, importance=0.0)
 
-async def test_schema_1_file_is_upgraded(tmp_path: Path) -> None:
-    path = tmp_path / "old.db"
-    url = f"sqlite:///{path}"
-    async with Memkit(url, embedder=HashingEmbedder(32)) as mem:
-        await mem.long_term.store("the blue teapot is in the attic", user_id="u")
-    with sqlite3.connect(path) as conn:  # turn it into what schema 1 wrote
-        conn.execute("DROP TABLE memkit_records_fts")
-        conn.execute("CREATE VIRTUAL TABLE memkit_records_fts USING fts5 (tokens, tokenize = 'unicode61')")
-        conn.execute(
-            "INSERT INTO memkit_records_fts (rowid, tokens) SELECT rowid, 'blue teapot attic' FROM memkit_records"
-        )
-        conn.execute("UPDATE memkit_meta SET value = 1 WHERE key = 'schema_version'")
-    async with Memkit(url, embedder=HashingEmbedder(32)) as mem:
-        hits = await mem.long_term.recall("teapot", user_id="u")
-        assert hits[0].memory.content == "the blue teapot is in the attic" and hits[0].lexical == pytest.approx(1.0)
+
+def write_old_file(path: Path, version: int) -> float:
+    """A file as version 1 or 2 left it: one record with text and a vector, one key with a TTL."""
+    now = time.time()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT value FROM memkit_meta WHERE key = 'schema_version'").fetchone()[0] == 2
+        conn.executescript(_V2_TABLES.format(version=version) + _FTS[version] + ";")
+        conn.execute("INSERT INTO memkit_collections VALUES ('memories', 4)")
+        conn.execute(
+            "INSERT INTO memkit_records VALUES ('memories', 'teapot', 'u', NULL, NULL, ?, ?, ?, 0.5, ?, NULL, ?, 1)",
+            (b"body", "the blue teapot is in the attic", np.ones(4, np.float32).tobytes(), now, b'{"kind":"fact"}'),
+        )
+        if version == 1:
+            conn.execute("INSERT INTO memkit_records_fts (rowid, tokens) SELECT rowid, 'blue teapot attic' "
+                         "FROM memkit_records")  # fmt: skip
+        else:
+            conn.execute("INSERT INTO memkit_records_fts (rowid, tokens, scope) SELECT rowid, 'blue teapot attic', "
+                         "? FROM memkit_records", (scope_tokens(Scope(user_id="u")),))  # fmt: skip
+        conn.execute("INSERT INTO memkit_kv VALUES ('ns', 'k', ?, ?)", (b"v", now + 3600))
+    return now
+
+
+@asynccontextmanager
+async def opened(path: Path) -> AsyncIterator[Backend]:
+    async with open_backend(f"sqlite:///{path}") as backend:
+        yield backend
+
+
+def meta(path: Path, key: str) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT value FROM memkit_meta WHERE key = ?", (key,)).fetchone()[0])
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_an_old_file_is_upgraded_in_place(tmp_path: Path, version: int) -> None:
+    path = tmp_path / f"v{version}.db"
+    now = write_old_file(path, version)
+    async with opened(path) as backend:
+        ask = Query(scope=Scope(user_id="u"), text="teapot", weights=LEXICAL, now=now, k=1)
+        [hit] = await backend.query("memories", ask)
+        assert hit.record.id == "teapot" and hit.scores.lexical == pytest.approx(1.0)
+        assert hit.record.fields == {"kind": "fact"} and hit.record.access_count == 0
+        assert await backend.kv_get("ns", "k") == b"v"
+        # What version 3 added works on the upgraded file.
+        await backend.touch("memories", {"teapot": 2}, now)
+        [record] = await backend.get("memories", ["teapot"])
+        assert record.access_count == 2 and record.last_accessed == pytest.approx(now)
+        assert [k for k, _ in (await backend.kv_scan("ns")).items] == ["k"]
+    assert meta(path, "schema_version") == 3 and meta(path, "deletions_floor") == 0
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT gc_at FROM memkit_kv").fetchone()[0] == pytest.approx(now + 3600)
+    async with opened(path) as backend:  # the upgrade is idempotent, and the counters persisted
+        assert (await backend.get("memories", ["teapot"]))[0].access_count == 2
+
+
+async def test_two_clients_upgrading_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    write_old_file(path, 2)
+    counts: list[int] = []
+
+    async def client() -> None:
+        async with opened(path) as backend:
+            counts.append(await backend.count("memories", Scope(user_id="u")))
+
+    async with anyio.create_task_group() as group:
+        for _ in range(3):
+            group.start_soon(client)
+    assert counts == [1, 1, 1] and meta(path, "schema_version") == 3
+
+
+async def test_a_newer_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    write_old_file(path, 2)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE memkit_meta SET value = 99 WHERE key = 'schema_version'")
+    with pytest.raises(CorruptDataError, match="newer memkit"):
+        async with opened(path):
+            pass

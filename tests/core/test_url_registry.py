@@ -59,7 +59,7 @@ def test_missing_extra_names_pip_command(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setitem(KNOWN_BACKENDS, "fake", BackendSpec("tests._missing_driver_backend:FakeBackend", "fake"))
     with pytest.raises(MissingDependencyError) as info:
         open_backend("fake://x")
-    assert "pip install 'memkit[fake]'" in str(info.value)
+    assert "pip install 'memkit-sdk[fake]'" in str(info.value)  # memkit on PyPI is another project
     assert "surely_not_installed_driver" in str(info.value)
 
 

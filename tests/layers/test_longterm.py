@@ -233,11 +233,11 @@ async def test_two_clients_never_lose_each_others_writes(store_url: str) -> None
     async with Memkit(store_url, embedder=embedder) as a, Memkit(store_url, embedder=embedder) as b:
         stored = (await a.long_term.store("shared fact about the garden shed", user_id="u")).memory
         assert stored is not None
-        scope = stored.scope
+        collection = a.long_term.config.collection
         async with anyio.create_task_group() as group:
             for client in (a, b):
                 for _ in range(10):
-                    group.start_soon(client.long_term.apply_access, {stored.id: 1}, scope, stored.created_at)
+                    group.start_soon(client.long_term.backend.touch, collection, {stored.id: 1}, 1e9)
             group.start_soon(lambda: b.long_term.update(stored.id, user_id="u", importance=0.9))
         final = await a.long_term.get(stored.id, user_id="u")
         assert final.access_count == 20

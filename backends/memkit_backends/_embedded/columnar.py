@@ -1,45 +1,56 @@
 """A columnar, in-process collection: the arrays ``memory://`` is and ``sqlite://`` caches.
 
 Vectors live in one contiguous matrix grown by amortised doubling; scope ids
-are interned to integers so the kernel masks by scope without touching
-strings; deletes leave tombstones that are compacted once they are half the
-rows. Filterable fields and text have inverted indexes, turned into masks
-and lexical scores per query.
+are interned to integers (reference counted, so ids nobody uses any more are
+released) and the kernel masks by scope without touching strings; deletes
+leave tombstones that are compacted once they are half the rows. Filterable
+fields (scalars, and each tag of a tuple) and text have inverted indexes,
+turned into masks and lexical scores per query. Access counters are two more
+columns, beside the records: writes of a record keep them, a delete drops them.
+
+Scans and counts never walk every id: with filters they start from the rows
+the inverted index gives (a dedupe key has about one), otherwise from one numpy
+mask over the columns; only the matching rows are then partitioned and sorted.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from memkit.backend import FieldValue, FilterValue, Hit, Page, Query, Record, Scope, Scores, scope_matches
-from memkit.errors import DimensionMismatchError
+from memkit.backend import FilterValue, Hit, Page, Query, Record, Scope, Scores, scope_matches
+from memkit.errors import DimensionMismatchError, ValidationError
 from memkit.scoring import Columns, ScoreParams, StorageDtype, encode_vectors, top_k
 from memkit.scoring._lexical import Bm25Index
 from memkit.text import tokenize
+from memkit_backends._embedded.cursor import decode_scan_cursor, encode_scan_cursor
+from memkit_backends._embedded.indexes import (
+    FieldKey,
+    ScopeInterner,
+    check_record,
+    field_keys,
+    filter_keys,
+    replace_verdict,
+)
 
 __all__ = ["ColumnarCollection"]
 
 _MIN_CAPACITY = 64
 _COMPACT_MIN_DEAD = 1024
+_NO_ROWS = np.zeros(0, np.int64)
+_ROW_COLUMNS = ("_vectors", "_scales", "_importance", "_timestamps", "_expires", "_alive", "_access", "_last_access")
+"""Arrays indexed by row first; ``_scope`` (3 x capacity) is the one indexed by row last."""
 
 
-class _Interner:
-    def __init__(self) -> None:
-        self._ids: dict[str, int] = {}
-
-    def intern(self, value: str | None) -> int:
-        if value is None:
-            return -1
-        return self._ids.setdefault(value, len(self._ids))
-
-    def lookup(self, value: str | None) -> int | None:
-        """-1 for "any", None when the value was never stored (nothing can match)."""
-        if value is None:
-            return -1
-        return self._ids.get(value)
+def _bare(record: Record) -> Record:
+    """Counters live in their columns; the stored struct carries none, so a read never shows stale ones."""
+    if record.access_count or record.last_accessed is not None:
+        return msgspec.structs.replace(record, access_count=0, last_accessed=None)
+    return record
 
 
 class ColumnarCollection:
@@ -47,10 +58,10 @@ class ColumnarCollection:
         self.dim = dim
         self._index_text = index_text
         self.dtype: StorageDtype = dtype
-        self._interner = _Interner()
+        self._interner = ScopeInterner()
         self._records: list[Record | None] = []
         self._row_of: dict[str, int] = {}
-        self._fields: dict[tuple[str, FieldValue], set[int]] = {}
+        self._fields: dict[FieldKey, set[int]] = {}
         self._lexical = Bm25Index()
         self._dead = 0
         self._allocate(_MIN_CAPACITY)
@@ -66,22 +77,21 @@ class ColumnarCollection:
         self._expires = np.full(capacity, np.inf, np.float64)
         self._alive = np.zeros(capacity, np.uint8)
         self._scope = np.full((3, capacity), -1, np.int32)
+        self._access = np.zeros(capacity, np.int64)
+        self._last_access = np.full(capacity, np.nan, np.float64)
+        """NaN: never touched."""
 
     def _grow(self, needed: int) -> None:
         capacity = self._alive.shape[0]
         if needed <= capacity:
             return
-        new_capacity = max(needed, capacity * 2)
-        old = (self._vectors, self._scales, self._importance, self._timestamps, self._expires, self._alive, self._scope)
         n = len(self._records)
-        self._allocate(new_capacity)
-        self._vectors[:n] = old[0][:n]
-        self._scales[:n] = old[1][:n]
-        self._importance[:n] = old[2][:n]
-        self._timestamps[:n] = old[3][:n]
-        self._expires[:n] = old[4][:n]
-        self._alive[:n] = old[5][:n]
-        self._scope[:, :n] = old[6][:, :n]
+        old = {name: getattr(self, name) for name in _ROW_COLUMNS}
+        old_scope = self._scope
+        self._allocate(max(needed, capacity * 2))
+        for name, values in old.items():
+            getattr(self, name)[:n] = values[:n]
+        self._scope[:, :n] = old_scope[:, :n]
 
     def columns(self) -> Columns:
         return Columns(
@@ -98,6 +108,14 @@ class ColumnarCollection:
     def __len__(self) -> int:
         return len(self._row_of)
 
+    def __contains__(self, record_id: object) -> bool:
+        return record_id in self._row_of
+
+    @property
+    def scope_ids(self) -> int:
+        """How many distinct scope ids live rows use (each interned once)."""
+        return len(self._interner)
+
     # -- writes ---------------------------------------------------------------------------------
     def set_dim(self, dim: int) -> None:
         """Fix the vector dimension of a collection that has none yet."""
@@ -110,10 +128,12 @@ class ColumnarCollection:
         if have is not None and have != want:
             raise DimensionMismatchError(f"collection {name!r} holds {have}-dimensional vectors, not {want}")
 
-    def check_dims(self, records: Iterable[Record]) -> int | None:
-        """The collection's dimension after these records; raises, changing nothing, on a mismatch."""
+    def check_records(self, records: Iterable[Record]) -> int | None:
+        """The collection's dimension after these records; raises, changing nothing, on a record the store
+        cannot hold (a dimension mismatch, NaN or infinity in its numbers or fields)."""
         dim = self.dim
         for record in records:
+            check_record(record)
             if record.vector is None:
                 continue
             have = int(record.vector.shape[0])
@@ -125,9 +145,11 @@ class ColumnarCollection:
                 )
         return dim
 
-    def upsert(self, records: Sequence[Record]) -> None:
-        """Validate every record first, then write: all or nothing."""
-        dim = self.check_dims(records)
+    def upsert(self, records: Sequence[Record], *, keep_counters: bool = True) -> None:
+        """Validate every record first, then write: all or nothing. A record already here keeps its access
+        counters (the contract's rule); ``keep_counters=False`` takes them from the records instead (a
+        cache loading what its store holds)."""
+        dim = self.check_records(records)
         if dim is not None:
             self.set_dim(dim)
         self._grow(len(self._records) + len(records))
@@ -135,19 +157,38 @@ class ColumnarCollection:
             row = self._row_of.get(record.id)
             if row is None:
                 row = len(self._records)
-                self._records.append(record)
+                self._records.append(None)
                 self._row_of[record.id] = row
+                self._access[row], self._last_access[row] = 0, np.nan
             else:
                 self._unindex(row)
-                self._records[row] = record
+            if not keep_counters:
+                self._access[row] = record.access_count
+                self._last_access[row] = np.nan if record.last_accessed is None else record.last_accessed
+            self._records[row] = _bare(record)
             self._write_row(row, record)
 
-    def replace(self, record: Record, expected_body: bytes) -> bool:
-        current = self.get([record.id])
-        if not current or current[0].body != expected_body:
-            return False
-        self.upsert([record])
-        return True
+    def replace(self, record: Record, expected_body: bytes | None) -> bool:
+        """Compare-and-set by body (``None``: create only if absent), idempotent for a retried call."""
+        row = self._row_of.get(record.id)
+        stored = None if row is None else self._records[row]
+        verdict = replace_verdict(None if stored is None else stored.body, record.body, expected_body)
+        if verdict == "write":
+            self.upsert([record])
+        return verdict != "refuse"
+
+    def touch(self, counts: Mapping[str, int], at: float) -> None:
+        """Add each count to the record's access counter; keep the latest access time. Indexes nothing."""
+        if not math.isfinite(at):
+            raise ValidationError(f"touch time must be a finite number, got {at!r}")
+        for record_id, count in counts.items():
+            row = self._row_of.get(record_id)
+            if row is None:
+                continue
+            self._access[row] += int(count)
+            last = self._last_access[row]
+            if np.isnan(last) or at > last:
+                self._last_access[row] = at
 
     def _write_row(self, row: int, record: Record) -> None:
         if record.vector is not None:
@@ -159,11 +200,16 @@ class ColumnarCollection:
         self._importance[row] = record.importance
         self._timestamps[row] = record.timestamp
         self._expires[row] = np.inf if record.expires_at is None else record.expires_at
-        self._scope[0, row] = self._interner.intern(record.scope.user_id)
-        self._scope[1, row] = self._interner.intern(record.scope.agent_id)
-        self._scope[2, row] = self._interner.intern(record.scope.session_id)
-        for key, value in record.fields.items():
-            self._fields.setdefault((key, value), set()).add(row)
+        # Acquire the new ids before releasing the old: a rewrite in the same scope keeps its codes.
+        old = self._scope[:, row].tolist()
+        scope = record.scope
+        for axis, scope_id in enumerate((scope.user_id, scope.agent_id, scope.session_id)):
+            self._scope[axis, row] = self._interner.acquire(scope_id)
+        for code in old:
+            self._interner.release(code)
+        for name, value in record.fields.items():
+            for key in field_keys(name, value):
+                self._fields.setdefault(key, set()).add(row)
         if record.text and self._index_text:
             self._lexical.add(row, tokenize(record.text))
         self._alive[row] = 1
@@ -172,12 +218,13 @@ class ColumnarCollection:
         record = self._records[row]
         if record is None:
             return
-        for key, value in record.fields.items():
-            rows = self._fields.get((key, value))
-            if rows is not None:
-                rows.discard(row)
-                if not rows:
-                    del self._fields[(key, value)]
+        for name, value in record.fields.items():
+            for key in field_keys(name, value):
+                rows = self._fields.get(key)
+                if rows is not None:
+                    rows.discard(row)
+                    if not rows:
+                        del self._fields[key]
         self._lexical.remove(row)
 
     def delete(self, ids: Iterable[str], scope: Scope | None = None) -> list[str]:
@@ -188,7 +235,11 @@ class ColumnarCollection:
             if row is None or record is None or (scope is not None and not scope_matches(record.scope, scope)):
                 continue
             self._unindex(row)
+            for code in self._scope[:, row].tolist():
+                self._interner.release(code)
+            self._scope[:, row] = -1
             self._alive[row] = 0
+            self._access[row], self._last_access[row] = 0, np.nan
             self._records[row] = None
             del self._row_of[record_id]
             self._dead += 1
@@ -198,25 +249,37 @@ class ColumnarCollection:
         return deleted
 
     def _compact(self) -> None:
-        live = [r for r in self._records if r is not None]
-        rows = np.fromiter((self._row_of[r.id] for r in live), dtype=np.int64, count=len(live))
-        old = (self._vectors, self._scales)
+        live_rows = [row for row, record in enumerate(self._records) if record is not None]
+        live = [record for record in self._records if record is not None]
+        rows = np.asarray(live_rows, dtype=np.int64)
+        old = (self._vectors, self._scales, self._access, self._last_access)
         self._records, self._row_of, self._fields, self._lexical, self._dead = [], {}, {}, Bm25Index(), 0
+        self._interner = ScopeInterner()
         self._allocate(max(_MIN_CAPACITY, len(live) * 2))
-        for record in live:
-            self.upsert([record])
+        self.upsert(live)
         # Re-encoding quantized vectors would compound rounding error: copy the stored bits instead.
-        self._vectors[: len(live)] = old[0][rows]
-        self._scales[: len(live)] = old[1][rows]
+        n = len(live)
+        self._vectors[:n], self._scales[:n] = old[0][rows], old[1][rows]
+        self._access[:n], self._last_access[:n] = old[2][rows], old[3][rows]
 
     # -- reads ----------------------------------------------------------------------------------
+    def _out(self, row: int) -> Record:
+        """The stored record with its counters; a new struct only for a record that has been touched."""
+        record = self._records[row]
+        if record is None:  # callers pass live rows only
+            raise RuntimeError(f"row {row} was deleted")
+        count, last = int(self._access[row]), float(self._last_access[row])
+        if count == 0 and math.isnan(last):
+            return record
+        return msgspec.structs.replace(record, access_count=count, last_accessed=None if math.isnan(last) else last)
+
     def get(self, ids: Iterable[str], scope: Scope | None = None) -> list[Record]:
         found = []
         for record_id in ids:
             row = self._row_of.get(record_id)
             record = None if row is None else self._records[row]
-            if record is not None and (scope is None or scope_matches(record.scope, scope)):
-                found.append(record)
+            if row is not None and record is not None and (scope is None or scope_matches(record.scope, scope)):
+                found.append(self._out(row))
         return found
 
     def _scope_want(self, scope: Scope) -> tuple[int, int, int] | None:
@@ -224,22 +287,103 @@ class ColumnarCollection:
         agent = self._interner.lookup(scope.agent_id)
         session = self._interner.lookup(scope.session_id)
         if user is None or agent is None or session is None:
-            return None  # an id never stored: nothing can match
+            return None  # an id no live row has: nothing can match
         return (user, agent, session)
 
-    def _filter_rows(self, filters: Mapping[str, FilterValue]) -> set[int] | None:
-        """Rows passing every filter, or None when there are no filters."""
-        result: set[int] | None = None
-        for key, wanted in filters.items():
-            values = wanted if isinstance(wanted, list | tuple) else (wanted,)
-            rows: set[int] = set()
-            for value in values:
-                rows |= self._fields.get((key, value), set())
-            result = rows if result is None else result & rows
+    def _filter_rows(self, filters: Mapping[str, FilterValue]) -> set[int]:
+        """Rows passing every filter, straight from the inverted index: the smallest filter's rows, then a
+        membership test per further filter (a dedupe key's one row is never intersected with a whole
+        ``kind`` set). Returns a new set, never one of the index's."""
+        wanted = sorted(
+            ([self._fields.get(key, set()) for key in filter_keys(name, value)] for name, value in filters.items()),
+            key=lambda sets: sum(len(rows) for rows in sets),
+        )
+        result: set[int] = set().union(*wanted[0]) if wanted else set()
+        for sets in wanted[1:]:
             if not result:
-                return set()
+                break
+            result = {row for row in result if any(row in rows for rows in sets)}
         return result
 
+    def matching_rows(
+        self, scope: Scope, filters: Mapping[str, FilterValue] | None, now: float | None
+    ) -> npt.NDArray[np.int64]:
+        """Live rows in ``scope`` passing ``filters``, unexpired at ``now`` (None: expiry ignored)."""
+        want = self._scope_want(scope)
+        n = len(self._records)
+        if want is None or n == 0:
+            return _NO_ROWS
+        index: slice | npt.NDArray[np.int64] = slice(0, n)
+        if filters:
+            allowed = self._filter_rows(filters)
+            if not allowed:
+                return _NO_ROWS
+            index = np.fromiter(allowed, np.int64, len(allowed))
+        mask = self._alive[index] == 1
+        for axis, wanted in enumerate(want):
+            if wanted >= 0:
+                mask &= self._scope[axis, index] == wanted
+        if now is not None:
+            mask &= self._expires[index] > now
+        return np.flatnonzero(mask) if isinstance(index, slice) else index[mask]
+
+    def count(self, scope: Scope, filters: Mapping[str, FilterValue] | None, now: float | None) -> int:
+        return int(self.matching_rows(scope, filters, now).shape[0])
+
+    def scan(
+        self,
+        scope: Scope,
+        filters: Mapping[str, FilterValue] | None,
+        limit: int,
+        cursor: str | None,
+        now: float | None,
+        *,
+        newest_first: bool = False,
+    ) -> Page:
+        """One page ordered by (timestamp, id), keyset-paginated: the cursor is the last pair seen."""
+        if limit < 1:
+            raise ValidationError(f"scan limit must be >= 1, got {limit}")
+        after = None if cursor is None else decode_scan_cursor(cursor)
+        rows = self.matching_rows(scope, filters, now)
+        if after is not None:
+            rows = self._beyond(rows, after, newest_first)
+        more = rows.shape[0] > limit
+        timestamps = self._timestamps[rows]
+        if more:  # keep the `limit` first timestamps (and their ties) before sorting anything
+            key = -timestamps if newest_first else timestamps
+            kth = np.partition(key, limit - 1)[limit - 1]
+            keep = key <= kth
+            rows, timestamps = rows[keep], timestamps[keep]
+        ordered = sorted(
+            zip(timestamps.tolist(), [self._id(row) for row in rows.tolist()], rows.tolist(), strict=True),
+            reverse=newest_first,
+        )[:limit]
+        records = [self._out(row) for _, _, row in ordered]
+        next_cursor = encode_scan_cursor(ordered[-1][0], ordered[-1][1]) if more else None
+        return Page(records=records, next_cursor=next_cursor)
+
+    def _id(self, row: int) -> str:
+        record = self._records[row]
+        return "" if record is None else record.id
+
+    def _beyond(
+        self, rows: npt.NDArray[np.int64], after: tuple[float, str], newest_first: bool
+    ) -> npt.NDArray[np.int64]:
+        """The rows strictly after the cursor's (timestamp, id) in scan order."""
+        timestamps = self._timestamps[rows]
+        last_ts, last_id = after
+        keep = timestamps < last_ts if newest_first else timestamps > last_ts
+        for i in np.flatnonzero(timestamps == last_ts).tolist():  # ties on the timestamp: compare ids
+            record_id = self._id(int(rows[i]))
+            keep[i] = record_id < last_id if newest_first else record_id > last_id
+        return rows[keep]
+
+    def expired_ids(self, now: float) -> list[str]:
+        n = len(self._records)
+        rows = np.flatnonzero((self._expires[:n] <= now) & (self._alive[:n] == 1))
+        return [r.id for r in (self._records[int(i)] for i in rows) if r is not None]
+
+    # -- search ---------------------------------------------------------------------------------
     def query(self, query: Query, external_lexical: Mapping[str, float] | None = None) -> list[Hit]:
         """Top-k by the fused kernel; ``external_lexical`` (id -> raw score) replaces the own text index."""
         want = self._scope_want(query.scope)
@@ -308,9 +452,6 @@ class ColumnarCollection:
     def _hit(
         self, row: int, final: float, sim: float, lexical: npt.NDArray[np.float32] | None, params: ScoreParams
     ) -> Hit:
-        record = self._records[row]
-        if record is None:  # the kernel only returns alive rows
-            raise RuntimeError(f"scoring returned deleted row {row}")
         age = max(params.now - float(self._timestamps[row]), 0.0)
         scores = Scores(
             final=final,
@@ -319,32 +460,4 @@ class ColumnarCollection:
             recency=float(0.5 ** (age / params.half_life_s)),
             importance=float(self._importance[row]),
         )
-        return Hit(record=record, scores=scores)
-
-    def scan(
-        self,
-        scope: Scope,
-        filters: Mapping[str, FilterValue] | None,
-        limit: int,
-        cursor: str | None,
-        now: float | None,
-    ) -> Page:
-        allowed = self._filter_rows(filters) if filters else None
-        ids = sorted(i for i in self._row_of if cursor is None or i > cursor)
-        page: list[Record] = []
-        for record_id in ids:
-            row = self._row_of[record_id]
-            record = self._records[row]
-            if record is None or not scope_matches(record.scope, scope):
-                continue
-            if (allowed is not None and row not in allowed) or (now is not None and record.is_expired(now)):
-                continue
-            page.append(record)
-            if len(page) == limit:
-                return Page(records=page, next_cursor=record_id)
-        return Page(records=page, next_cursor=None)
-
-    def expired_ids(self, now: float) -> list[str]:
-        n = len(self._records)
-        rows = np.flatnonzero((self._expires[:n] <= now) & (self._alive[:n] == 1))
-        return [r.id for r in (self._records[int(i)] for i in rows) if r is not None]
+        return Hit(record=self._out(row), scores=scores)

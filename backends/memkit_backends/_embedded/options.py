@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import cast, get_args
+from typing import Final, cast, get_args
 
 from memkit.backend import StorageURL
-from memkit.errors import InvalidURLError
 from memkit.scoring import StorageDtype
 
-__all__ = ["storage_dtype"]
+__all__ = ["DTYPE_OPTION", "storage_dtype"]
+
+DTYPE_OPTION: Final = "dtype"
 
 
 def storage_dtype(url: StorageURL) -> StorageDtype:
-    value = url.options.get("dtype", "float32")
-    if value not in get_args(StorageDtype):
-        raise InvalidURLError(f"dtype={value!r} in {url}: use one of {', '.join(get_args(StorageDtype))}")
-    return cast(StorageDtype, value)
+    """``?dtype=float32|float16|int8``: how the in-process arrays store vectors."""
+    return cast(StorageDtype, url.option(DTYPE_OPTION, "float32", choices=get_args(StorageDtype)))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, NamedTuple, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +26,7 @@ import numpy.typing as npt
 from memkit.backend import Query, Scores
 from memkit.scoring import Columns, ScoreParams, top_k
 
-__all__ = ["NUMBER_COLUMNS", "Candidates", "Table", "numbers_table"]
+__all__ = ["NUMBER_COLUMNS", "CandidateSource", "Candidates", "DeepenPolicy", "Table", "exact_top_k", "numbers_table"]
 
 NUMBER_COLUMNS: Final = ("similarity", "importance", "timestamp", "expires_at")
 """Columns of a candidate table, in order; expires_at is +inf for rows that never expire."""
@@ -190,3 +190,44 @@ class Candidates:
             weights.similarity * best_similarity + weights.lexical * best_lexical + weights.recency + weights.importance
         )
         return ranked[-1][1].final >= bound
+
+
+class DeepenPolicy(NamedTuple):
+    """How a server adapter deepens its candidate lists until the answer is provably exact."""
+
+    first_depth: int
+    """Rows per list in the first round (at least 4 k)."""
+    growth: int
+    """How much deeper each next round looks."""
+    max_depth: int
+    """Past this the lists stop growing and the whole scope is scored."""
+    whole_scope_below: int
+    """Scopes up to this many rows are scored whole at once (0: never count first)."""
+
+
+class CandidateSource(Protocol):
+    """What an adapter supplies for one query: its candidate lists at a depth, and its whole scope."""
+
+    async def scope_size(self, up_to: int) -> int:
+        """Rows the query may return, counted up to just past ``up_to``."""
+        ...
+
+    async def lists(self, depth: int) -> Candidates: ...
+
+    async def whole_scope(self) -> Candidates: ...
+
+
+async def exact_top_k(source: CandidateSource, query: Query, policy: DeepenPolicy) -> list[tuple[str, Scores]]:
+    """The exact hybrid top k from a server's candidate lists: deeper lists until the k-th hit beats what any
+    unseen row could reach (``Candidates.is_exact``), at last every row in scope. Shared by every server
+    adapter, so the policy is one decision with its constants beside it, not a loop per adapter."""
+    if policy.whole_scope_below > 0 and await source.scope_size(policy.whole_scope_below) <= policy.whole_scope_below:
+        return (await source.whole_scope()).rank(query)
+    depth = max(policy.first_depth, 4 * query.k)
+    while depth <= policy.max_depth:
+        candidates = await source.lists(depth)
+        ranked = candidates.rank(query)
+        if candidates.is_exact(query, ranked):
+            return ranked
+        depth *= policy.growth
+    return (await source.whole_scope()).rank(query)

@@ -1,15 +1,29 @@
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import anyio
 import anyio.to_thread
 
-from memkit.backend import Backend, Capabilities, FilterValue, Hit, Page, Query, Record, Scope, StorageURL
+from memkit.backend import (
+    Backend,
+    Capabilities,
+    FilterValue,
+    Hit,
+    KVPage,
+    Page,
+    Query,
+    Record,
+    Scope,
+    StorageURL,
+    check_key,
+    require_scope,
+)
 from memkit_backends._embedded.columnar import ColumnarCollection
 from memkit_backends._embedded.kv import ExpiringDict
-from memkit_backends._embedded.options import storage_dtype
+from memkit_backends._embedded.options import DTYPE_OPTION, storage_dtype
 
 __all__ = ["OFFLOAD_MIN_ROWS", "InProcessCollections", "MemoryBackend"]
 
@@ -17,6 +31,7 @@ T = TypeVar("T")
 
 OFFLOAD_MIN_ROWS = 20_000
 """Collections this large are scored in a worker thread so the event loop never stalls."""
+OPTIONS: Final = (DTYPE_OPTION,)
 
 
 class InProcessCollections:
@@ -40,6 +55,8 @@ class InProcessCollections:
             found.set_dim(dim)
 
     async def run(self, name: str, action: Callable[[ColumnarCollection], T]) -> T:
+        """``action`` on the collection (created if missing), under its lock: read-compare-write inside
+        one action is atomic for every task of this process, the only ones that see ``memory://``."""
         lock = self._locks.get(name)
         if lock is None:
             lock = self._locks[name] = anyio.Lock()
@@ -49,19 +66,26 @@ class InProcessCollections:
                 return await anyio.to_thread.run_sync(action, found)
             return action(found)
 
+    async def read(self, name: str, action: Callable[[ColumnarCollection], T], missing: T) -> T:
+        """Like ``run``, but a collection that does not exist answers ``missing`` and is not created."""
+        if name not in self.collections:
+            return missing
+        return await self.run(name, action)
+
 
 class MemoryBackend(Backend):
-    capabilities = Capabilities(vector_search=True, text_search=True, ttl=True, transactions=True, persistent=False)
+    capabilities = Capabilities(vector_search=True, text_search=True, ttl=True, persistent=False)
 
     def __init__(self, url: StorageURL) -> None:
         super().__init__(url)
+        url.check_options(OPTIONS)
         self._store = InProcessCollections(url)
         self._kv = ExpiringDict()
 
     async def open(self) -> None:
-        return None
+        await self.setup()
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         return None
 
     async def ensure_collection(self, name: str, dim: int | None) -> None:
@@ -70,17 +94,17 @@ class MemoryBackend(Backend):
     async def upsert(self, collection: str, records: Sequence[Record]) -> None:
         await self._store.run(collection, lambda c: c.upsert(records))
 
-    async def replace(self, collection: str, record: Record, expected_body: bytes) -> bool:
+    async def replace(self, collection: str, record: Record, expected_body: bytes | None) -> bool:
         return await self._store.run(collection, lambda c: c.replace(record, expected_body))
 
     async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
-        return await self._store.run(collection, lambda c: c.get(ids, scope))
+        return await self._store.read(collection, lambda c: c.get(ids, scope), [])
 
     async def delete(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> int:
-        return len(await self._store.run(collection, lambda c: c.delete(ids, scope)))
+        return len(await self._store.read(collection, lambda c: c.delete(ids, scope), []))
 
     async def query(self, collection: str, query: Query) -> list[Hit]:
-        return await self._store.run(collection, lambda c: c.query(query))
+        return await self._store.read(collection, lambda c: c.query(query), [])
 
     async def scan(
         self,
@@ -91,22 +115,68 @@ class MemoryBackend(Backend):
         limit: int = 100,
         cursor: str | None = None,
         now: float | None = None,
+        newest_first: bool = False,
+        all_scopes: bool = False,
     ) -> Page:
-        return await self._store.run(collection, lambda c: c.scan(scope, filters, limit, cursor, now))
+        require_scope(scope, all_scopes)
+        return await self._store.read(
+            collection,
+            lambda c: c.scan(scope, filters, limit, cursor, now, newest_first=newest_first),
+            Page(records=[]),
+        )
+
+    async def count(
+        self,
+        collection: str,
+        scope: Scope,
+        *,
+        filters: Mapping[str, FilterValue] | None = None,
+        now: float | None = None,
+        all_scopes: bool = False,
+    ) -> int:
+        require_scope(scope, all_scopes)
+        return await self._store.read(collection, lambda c: c.count(scope, filters, now), 0)
 
     async def delete_expired(self, collection: str, now: float) -> int:
-        return len(await self._store.run(collection, lambda c: c.delete(c.expired_ids(now))))
+        return len(await self._store.read(collection, lambda c: c.delete(c.expired_ids(now)), []))
 
-    async def kv_get(self, namespace: str, key: str) -> bytes | None:
-        return self._kv.get(namespace, key)
+    async def touch(self, collection: str, counts: Mapping[str, int], at: float) -> None:
+        await self._store.read(collection, lambda c: c.touch(counts, at), None)
 
-    async def kv_set(self, namespace: str, key: str, value: bytes, ttl_s: float | None = None) -> None:
-        self._kv.set(namespace, key, value, ttl_s)
+    # -- key-value ------------------------------------------------------------------------------
+    async def kv_get(self, namespace: str, key: str, *, now: float | None = None) -> bytes | None:
+        check_key(namespace, key)
+        return self._kv.get(namespace, key, now)
 
-    async def kv_delete(self, namespace: str, key: str) -> bool:
-        return self._kv.delete(namespace, key)
+    async def kv_set(
+        self, namespace: str, key: str, value: bytes, ttl_s: float | None = None, *, now: float | None = None
+    ) -> None:
+        check_key(namespace, key)
+        self._kv.set(namespace, key, value, ttl_s, now)
+
+    async def kv_delete(self, namespace: str, key: str, *, now: float | None = None) -> bool:
+        check_key(namespace, key)
+        return self._kv.delete(namespace, key, now)
 
     async def kv_replace(
-        self, namespace: str, key: str, value: bytes, expected: bytes | None, ttl_s: float | None = None
+        self,
+        namespace: str,
+        key: str,
+        value: bytes,
+        expected: bytes | None,
+        ttl_s: float | None = None,
+        *,
+        now: float | None = None,
     ) -> bool:
-        return self._kv.replace(namespace, key, value, expected, ttl_s)
+        check_key(namespace, key)
+        return self._kv.replace(namespace, key, value, expected, ttl_s, now=now)
+
+    async def kv_scan(
+        self, namespace: str, *, prefix: str = "", limit: int = 100, cursor: str | None = None, now: float | None = None
+    ) -> KVPage:
+        check_key(namespace, prefix)
+        return self._kv.scan(namespace, prefix, limit, cursor, time.time() if now is None else now)
+
+    async def kv_delete_prefix(self, namespace: str, prefix: str = "") -> int:
+        check_key(namespace, prefix)
+        return self._kv.delete_prefix(namespace, prefix)

@@ -1,5 +1,5 @@
 """A query's candidates on one Postgres table: the nearest rows and the best text matches, or every row
-in scope, as numbers for memkit's kernel to rank (``memkit_backends._rerank``)."""
+in scope, as numbers for memkit's kernel to rank (``memkit_backends._server.rerank``)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _add(candidates: Candidates, rows: Sequence[Mapping[str, Any]]) -> None:
 
 
 class HybridQuery:
-    """One query against one table, on one connection."""
+    """One query against one table, on one connection: a ``CandidateSource`` for ``exact_top_k``."""
 
     def __init__(self, conn: Any, table: str, vector_type: str, query: Query) -> None:
         self._conn = conn
@@ -54,22 +54,29 @@ class HybridQuery:
         vector = where.bind(np.asarray(query.vector, dtype=np.float32))
         return f"coalesce(1 - (embedding <=> {vector}::vector::{self._vector_type}), 0.0)"
 
-    async def candidates(self, depth: int | None) -> Candidates:
-        """The nearest rows and the best text matches, ``depth`` of each; every row in scope for None."""
-        query, tokens = self._query, self._tokens
-        base = self._base_where()
+    async def _with_text_top(self) -> Candidates:
+        """Empty candidates knowing the best text score in scope, where filters could keep it out of the lists."""
         candidates = Candidates()
-        if tokens and (query.filters or query.min_importance > 0):
+        if self._tokens and (self._query.filters or self._query.min_importance > 0):
             if self._best_text is None:  # the same for every depth: read once
                 self._best_text = await self._best_text_score()
             candidates.lexical_top = self._best_text
-        if depth is None:
-            await self._score_all(base, candidates)
-            return candidates
-        if query.vector is not None:
+        return candidates
+
+    async def lists(self, depth: int) -> Candidates:
+        """The nearest rows and the best text matches, ``depth`` of each."""
+        candidates = await self._with_text_top()
+        base = self._base_where()
+        if self._query.vector is not None:
             await self._similar(base, depth, candidates)
-        if tokens:
+        if self._tokens:
             await self._lexical(base, depth, candidates)
+        return candidates
+
+    async def whole_scope(self) -> Candidates:
+        """Every row in scope with its similarity and text score, in one pass over the scope."""
+        candidates = await self._with_text_top()
+        await self._score_all(self._base_where(), candidates)
         return candidates
 
     async def _best_text_score(self) -> float:
@@ -81,8 +88,7 @@ class HybridQuery:
         return float(await self._conn.fetchval(sql, *where.params) or 0.0)
 
     async def _score_all(self, base: Where, candidates: Candidates) -> None:
-        """Every row in scope with its similarity and text score, in one pass over the scope."""
-        where, tokens = Where(list(base.clauses), list(base.params)), self._tokens
+        where, tokens = base.copy(), self._tokens
         sim = self._similarity_sql(where)
         # Tokens are word characters only, so joining them with '|' cannot inject tsquery syntax.
         lex = f"ts_rank(tsv, to_tsquery('simple', {where.bind(' | '.join(tokens))}))" if tokens else "0.0"
@@ -94,7 +100,7 @@ class HybridQuery:
     async def _similar(self, base: Where, depth: int, candidates: Candidates) -> None:
         """The nearest rows in scope, each with its text score: a row the (truncated) text list misses
         may still match the text a little, and ranking it as a non-match would misplace it."""
-        where, tokens = Where(list(base.clauses), list(base.params)), self._tokens
+        where, tokens = base.copy(), self._tokens
         where.add("embedding IS NOT NULL")
         vector = f"{where.bind(np.asarray(self._query.vector, dtype=np.float32))}::vector::{self._vector_type}"
         lex = "0.0"
@@ -118,7 +124,7 @@ class HybridQuery:
             candidates.similarity_floor = float(rows[-1]["sim"])
 
     async def _lexical(self, base: Where, depth: int, candidates: Candidates) -> None:
-        where, tokens = Where(list(base.clauses), list(base.params)), self._tokens
+        where, tokens = base.copy(), self._tokens
         # Tokens are word characters only, so joining them with '|' cannot inject tsquery syntax.
         tsquery = where.bind(" | ".join(tokens))
         where.add(f"tsv @@ to_tsquery('simple', {tsquery})")

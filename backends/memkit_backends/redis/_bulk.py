@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
-from memkit.errors import BackendError
-
 __all__ = ["command", "transaction"]
 
 Value = bytes | str | float
@@ -59,8 +57,9 @@ def hset(key: str, mapping: Mapping[str, Value]) -> bytes:
 async def transaction(client: aioredis.Redis, commands: Sequence[bytes]) -> None:
     """``commands`` (already encoded) inside MULTI/EXEC on one pooled connection: no other client sees
     the batch half-applied, a malformed batch applies nothing (EXECABORT), and a command Redis refuses
-    while executing (a key of the wrong type) raises ``BackendError`` after the others were applied,
-    as Redis transactions do. A connection left with unread replies is closed, not reused.
+    while executing (a key of the wrong type) raises its ``ResponseError`` after the others were applied,
+    as Redis transactions do (the caller's ``operation`` maps it to ``BackendError``). A connection left
+    with unread replies is closed, not reused.
     """
     pool = client.connection_pool
     connection = await pool.get_connection()  # type: ignore[no-untyped-call]
@@ -79,9 +78,9 @@ async def transaction(client: aioredis.Redis, commands: Sequence[bytes]) -> None
             refused = refused or exc
             results = []
         clean = True
-        failed = next((r for r in results if isinstance(r, ResponseError)), None)
-        if refused or failed:
-            raise BackendError(f"Redis refused a bulk write: {refused or failed}")
+        failed = refused or next((r for r in results if isinstance(r, ResponseError)), None)
+        if failed is not None:
+            raise failed
     finally:
         if not clean:
             await connection.disconnect()

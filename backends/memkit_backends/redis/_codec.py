@@ -4,23 +4,30 @@ The body (a layer's encoded payload) lives outside the hash because RediSearch r
 every write to it, even to a field it does not index, and RediSearch 2.10 never subtracts a replaced
 document from its average document length (and miscounts term frequencies until its garbage collector
 runs): measured, 20 rewrites of half an index's bodies took the average length from 16 to 176 and one
-term's IDF from 1.1 to 37.8. memkit rewrites a body on every recall (access counts), so on LoCoMo
+term's IDF from 1.1 to 37.8. When memkit rewrote a body on every recall (access counts), LoCoMo
 recall@10 fell from 81 to 58 over one conversation's questions. A body-only change now writes the
-body key alone; the hash is rewritten only when what it indexes changes.
+body key alone; the hash is rewritten only when what it indexes changes. Access counters live in a
+third key per record (``counters_prefix_of``), so a recall writes no record at all.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 import numpy as np
 
-from memkit.backend import Record, Scope
+from memkit.backend import Fields, Record, Scope
 from memkit.text import tokenize
 from memkit_backends.redis._keys import NO_SCOPE, NONE_EXPIRY, SCOPE_FIELDS, filter_tags, scope_number, scope_tag
 
-__all__ = ["decode_record", "encode_record", "scope_from_hash", "scope_numbers", "same_indexed_fields"]
+__all__ = ["decode_fields", "decode_record", "encode_record", "scope_from_hash", "scope_numbers",
+           "same_indexed_fields"]  # fmt: skip
+
+Counters = Sequence[bytes | None]
+"""A record's counters hash read as ``HMGET key n t``: access count, last access (absent: None)."""
+COUNTER_FIELDS: Final = ("n", "t")
 
 
 def scope_from_hash(raw: Mapping[bytes, bytes]) -> Scope:
@@ -34,10 +41,18 @@ def scope_from_hash(raw: Mapping[bytes, bytes]) -> Scope:
     )
 
 
-def decode_record(raw: Mapping[bytes, bytes], body: bytes | None) -> Record:
-    """A record from its hash and its body key (None: written before bodies had a key of their own)."""
+def decode_fields(raw: bytes) -> Fields:
+    """Stored JSON keeps a tag field as a list; the contract hands it back as a tuple."""
+    fields: dict[str, Any] = json.loads(raw)
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()}
+
+
+def decode_record(raw: Mapping[bytes, bytes], body: bytes | None, counters: Counters = (None, None)) -> Record:
+    """A record from its hash, its body key (None: written before bodies had a key of their own) and its
+    counters (absent until the first touch)."""
     vector = raw.get(b"emb")
     expires = float(raw[b"exp"])
+    count, last = counters
     return Record(
         id=raw[b"rid"].decode(),
         scope=scope_from_hash(raw),
@@ -47,7 +62,9 @@ def decode_record(raw: Mapping[bytes, bytes], body: bytes | None) -> Record:
         importance=float(raw[b"imp"]),
         timestamp=float(raw[b"ts"]),
         expires_at=None if expires >= NONE_EXPIRY else expires,
-        fields=json.loads(raw[b"fields"]),
+        fields=decode_fields(raw[b"fields"]),
+        access_count=int(count) if count is not None else 0,
+        last_accessed=float(last) if last is not None else None,
     )
 
 

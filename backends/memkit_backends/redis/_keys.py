@@ -18,7 +18,8 @@ from memkit.backend import FilterValue, Scope
 
 __all__ = [
     "INDEX_PREFIX", "NONE_EXPIRY", "NO_SCOPE", "SCOPE_FIELDS", "body_prefix_of", "collection_prefix",
-    "filter_tags", "index_name", "query_clauses", "scope_number", "scope_tag", "tag", "text_clauses",
+    "counters_prefix_of", "filter_tags", "index_name", "number", "query_clauses", "scope_number", "scope_tag",
+    "tag", "text_clauses",
 ]  # fmt: skip
 
 INDEX_PREFIX: Final = "memkit"
@@ -63,8 +64,28 @@ def body_prefix_of(collection: str) -> str:
     return f"{INDEX_PREFIX}:b:{_name_digest(collection)}:"
 
 
+def counters_prefix_of(collection: str) -> str:
+    """Where records' access counters live (a small hash per record): outside the index's prefix, so a
+    recall's touch re-indexes nothing."""
+    return f"{INDEX_PREFIX}:a:{_name_digest(collection)}:"
+
+
+def number(value: float) -> str:
+    """A float as RediSearch reads it back exactly (``repr`` is the shortest round-trip form)."""
+    return repr(float(value))
+
+
 def filter_tags(fields: Mapping[str, Any]) -> str:
-    return ",".join(tag("f", key, value) for key, value in fields.items())
+    """The ``flt`` TAG field: a digest per scalar field, and one per tag of a tuple field, so a filter on a
+    tag field matches a record when any of its tags is wanted (a scalar ``"a"`` and a tag ``"a"`` digest
+    alike, as the contract matches them alike)."""
+    digests = []
+    for key, value in fields.items():
+        if isinstance(value, tuple | list):
+            digests += [tag("f", key, item) for item in value]
+        else:
+            digests.append(tag("f", key, value))
+    return ",".join(digests)
 
 
 def query_clauses(scope: Scope | None, filters: Mapping[str, FilterValue] | None, now: float | None) -> list[str]:
@@ -78,7 +99,7 @@ def query_clauses(scope: Scope | None, filters: Mapping[str, FilterValue] | None
         options = [tag("f", key, value) for value in values] or [tag("matches nothing")]
         clauses.append("@flt:{" + " | ".join(options) + "}")
     if now is not None:
-        clauses.append(f"@exp:[({now!r} +inf]")
+        clauses.append(f"@exp:[({number(now)} +inf]")
     return clauses
 
 
@@ -95,6 +116,6 @@ def text_clauses(scope: Scope, filters: Mapping[str, FilterValue] | None) -> lis
     clauses = []
     for _, field, attribute in SCOPE_FIELDS:
         if (value := getattr(scope, attribute)) is not None:
-            number = scope_number(value)
-            clauses.append(f"@{field}:[{number} {number}]")
+            digest = scope_number(value)
+            clauses.append(f"@{field}:[{digest} {digest}]")
     return clauses + query_clauses(None, filters, None)

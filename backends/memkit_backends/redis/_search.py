@@ -1,10 +1,11 @@
 """Hybrid queries on RediSearch: candidate lists from the server, an exact rerank in memkit's kernel.
 
-One round trip asks for the nearest rows in scope (KNN, pre-filtered inside the index) and the best
-text matches (BM25) together. A second fills what each list lacks for the other's rows, for exactly
-those rows (``INKEYS``): the similarity of text matches outside the KNN list, the text score of KNN
-rows outside a truncated text list. Every candidate then carries its exact similarity and text score,
-so ``Candidates.is_exact`` can bound what a row outside both lists could reach; when the k-th hit does
+``HybridSearch`` is the shared deepen loop's ``CandidateSource`` (``exact_top_k``). One round trip
+asks for the nearest rows in scope (KNN, pre-filtered inside the index) and the best text matches
+(BM25) together. A second fills what each list lacks for the other's rows, for exactly those rows
+(``INKEYS``): the similarity of text matches outside the KNN list, the text score of KNN rows outside
+a truncated text list. Every candidate then carries its exact similarity and text score, so
+``Candidates.is_exact`` can bound what a row outside both lists could reach; when the k-th hit does
 not beat that bound the lists are fetched deeper, and at last the whole scope is scored.
 
 Replies are read as RESP2 flat lists: on a 300-row reply that measured 0.7 ms against 1.2 ms for the
@@ -20,27 +21,26 @@ from typing import Any, Final
 import msgspec
 import numpy as np
 import redis.asyncio as aioredis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from memkit.backend import Query, Scores
-from memkit.errors import BackendError
 from memkit.text import tokenize
-from memkit_backends._server.rerank import Candidates, Table
+from memkit_backends._server.rerank import Candidates, DeepenPolicy, Table, exact_top_k
 from memkit_backends.redis._keys import NONE_EXPIRY, query_clauses, text_clauses
 
-__all__ = ["HybridSearch", "Row", "parse_rows", "prefilter"]
+__all__ = ["TEXT_POLICY", "VECTOR_POLICY", "HybridSearch", "Row", "parse_rows", "pipeline", "prefilter"]
 
 FIRST_DEPTH: Final = 200
 """Rows per list in the first round trip. Swept at 100k (1,000 rows per user), p50/p95 ms: 200 4.0/9.6,
 250 4.5/10.0, 300 5.0/6.1, 100 8.5/9.6 (too shallow: most queries need a second round)."""
+VECTOR_POLICY: Final = DeepenPolicy(first_depth=FIRST_DEPTH, growth=2, max_depth=6_400, whole_scope_below=0)
+"""Never counts first: a count is one more round trip, and the first lists already tell a small scope
+(a KNN list shorter than its depth held every row, which ``is_exact`` takes as exact)."""
+TEXT_POLICY: Final = DeepenPolicy(first_depth=FIRST_DEPTH, growth=4, max_depth=51_200, whole_scope_below=FIRST_DEPTH)
+"""Without a vector the scope is counted first (the text list cannot tell it), and the text list grows
+4x a round, to its depth of v1 (no bound but the scope's size, which 51,200 covers to ~200k)."""
 BRUTE_FORCE: Final = 20_000
 """Scopes up to this many rows are scanned by the server, not searched through an HNSW graph."""
-GROWTH: Final = 2
-"""How much deeper each next round looks."""
-MAX_DEPTH: Final = 6_400
-"""Past this the lists stop growing and the whole scope is scored."""
 _NUMBERS: Final = ("imp", "ts", "exp")
 _NUMBER_NAMES: Final = tuple(name.encode() for name in _NUMBERS)
 
@@ -95,69 +95,90 @@ def prefilter(query: Query, *, unscored: bool = False) -> str:
 
 
 class HybridSearch:
-    """One collection's hybrid query against one RediSearch index."""
+    """One query against one collection's RediSearch index: the candidate lists of ``exact_top_k``."""
 
-    def __init__(self, client: aioredis.Redis, index: str, prefix: str, *, hnsw: bool, scope_numbers: bool) -> None:
+    def __init__(
+        self, client: aioredis.Redis, index: str, prefix: str, query: Query, *, hnsw: bool, scope_numbers: bool
+    ) -> None:
         self._client = client
         self._index = index
         self._prefix = prefix
         self._hnsw = hnsw
-        self._scope_numbers = scope_numbers
-        self._text_where = "*"
-        """The query's filters for text searches; set by ``run``."""
+        self._query = query
+        self._where = prefilter(query)
+        self._text_where = prefilter(query, unscored=True) if scope_numbers else self._where
+        """The query's filters for text searches, in a form that adds nothing to text scores."""
         self._scope_where: str | None = None
-        """Set by ``run`` for a filtered query: its scope alone, where text scores are read and scaled
-        (filters are TAG clauses, which RediSearch scores, and text scores are scaled by the best match
-        in scope whatever the filters, as on every backend)."""
-
-    async def run(self, query: Query) -> list[tuple[str, Scores]]:
-        """The hybrid top-k of ``query``: ids with their scores, ranked once by the kernel."""
-        where = prefilter(query)
-        self._text_where = prefilter(query, unscored=True) if self._scope_numbers else where
-        self._scope_where = None
+        """For a filtered query: its scope alone, where text scores are read and scaled (filters are TAG
+        clauses, which RediSearch scores, and text scores are scaled by the best match in scope whatever
+        the filters, as on every backend)."""
         if query.filters or query.min_importance > 0:
             scope_only = msgspec.structs.replace(query, filters={}, min_importance=0.0)
-            self._scope_where = prefilter(scope_only, unscored=self._scope_numbers)
-        tokens = sorted(set(tokenize(query.text or "")))
-        if query.vector is None:
-            return (await self._text_only(query, where, tokens)).rank(query)
-        depth: int | None = max(FIRST_DEPTH, 4 * query.k)
-        # On an HNSW index RediSearch may walk the graph for a scope of a few thousand rows (measured
-        # 46 ms p50 at 100k against 4.6 on FLAT); below BRUTE_FORCE rows the scope is scanned instead.
-        brute_force = self._hnsw and await self.count(where) <= BRUTE_FORCE
-        while True:
-            if depth is None:  # score every row in scope
-                depth = max(1, await self.count(where))
-                return (await self._lists(query, where, tokens, depth, whole_scope=True)).rank(query)
-            candidates = await self._lists(query, where, tokens, depth, whole_scope=brute_force)
-            ranked = candidates.rank(query)
-            if candidates.is_exact(query, ranked):
-                return ranked
-            depth = depth * GROWTH if depth < MAX_DEPTH else None
+            self._scope_where = prefilter(scope_only, unscored=scope_numbers)
+        self._tokens = sorted(set(tokenize(query.text or "")))
+        self._vector = None if query.vector is None else np.ascontiguousarray(query.vector, np.float32).tobytes()
+        self._size: int | None = None
+        self._brute_force: bool | None = None
+        self._whole: Candidates | None = None
 
-    async def _text_only(self, query: Query, where: str, tokens: list[str]) -> Candidates:
-        """No vector: the text list, deepened until recency and importance alone cannot beat its k-th
-        hit; else every row in scope."""
-        size = await self.count(where)
-        depth = max(FIRST_DEPTH, 4 * query.k)
-        plen = len(self._prefix)
-        while tokens and depth < size and self._scope_where is None:
-            (reply,) = await self.pipeline([self._text(tokens, depth, _NUMBERS)])
-            ids, scores, table = candidate_table(reply, plen, with_scores=True, distance=False)
-            candidates = Candidates()
-            candidates.add(ids, table)
-            candidates.lexical = dict(zip(ids, scores, strict=True))
-            if len(ids) == depth:
-                candidates.lexical_floor = min(scores)
-            if candidates.is_exact(query, candidates.rank(query)):
-                return candidates
-            depth *= 4
+    async def run(self) -> list[tuple[str, Scores]]:
+        """The hybrid top k: ids with their scores, ranked once by the kernel."""
+        query = self._query
+        if self._vector is None and (not self._tokens or self._scope_where is not None):
+            # No list to deepen: without words every row ties on text, and a filtered text list's scores
+            # carry the filters' terms, so neither bounds unseen rows. The whole scope is scored.
+            return (await self.whole_scope()).rank(query)
+        return await exact_top_k(self, query, VECTOR_POLICY if self._vector is not None else TEXT_POLICY)
+
+    async def scope_size(self, up_to: int) -> int:
+        """Rows in scope (counted once per query: the text list and the HNSW decision both need it)."""
+        if self._size is None:
+            self._size = await self.count(self._where)
+        return self._size
+
+    async def lists(self, depth: int) -> Candidates:
+        if self._vector is None:
+            return await self._text_list(depth)
+        if self._brute_force is None:
+            # On an HNSW index RediSearch may walk the graph for a scope of a few thousand rows (measured
+            # 46 ms p50 at 100k against 4.6 on FLAT); below BRUTE_FORCE rows the scope is scanned instead.
+            self._brute_force = self._hnsw and await self.scope_size(BRUTE_FORCE) <= BRUTE_FORCE
+        return await self._lists(self._vector, depth, whole_scope=self._brute_force)
+
+    async def whole_scope(self) -> Candidates:
+        """Every row in scope; read once per query (the text path may ask for it at several depths)."""
+        if self._whole is None:
+            if self._vector is None:
+                self._whole = await self._whole_text()
+            else:
+                self._size = await self.count(self._where)  # fresh: rows may have come since the first lists
+                self._whole = await self._lists(self._vector, max(1, self._size), whole_scope=True)
+        return self._whole
+
+    async def _text_list(self, depth: int) -> Candidates:
+        """The text list at ``depth`` with its rows' numbers; the whole scope once the depth reaches it."""
+        if depth >= await self.scope_size(depth):
+            return await self.whole_scope()
+        (reply,) = await self.pipeline([self._text(self._tokens, depth, _NUMBERS)])
+        ids, scores, table = candidate_table(reply, len(self._prefix), with_scores=True, distance=False)
+        candidates = Candidates()
+        candidates.add(ids, table)
+        candidates.lexical = dict(zip(ids, scores, strict=True))
+        if len(ids) == depth:
+            candidates.lexical_floor = min(scores)
+        return candidates
+
+    async def _whole_text(self) -> Candidates:
+        """No vector: every row in scope with its numbers, and the text scores of those that match."""
+        size = await self.scope_size(0)
+        tokens, where = self._tokens, self._where
         scan = ("FT.SEARCH", self._index, where, "RETURN", str(len(_NUMBERS)), *_NUMBERS,
                 "LIMIT", "0", str(max(size, 1)), "DIALECT", "2")  # fmt: skip
         # A filtered query's text list spans its whole scope: rows the filters drop only set the scale.
         text_depth = await self.count(self._scope_where) if self._scope_where else size
         text = self._text(tokens, max(text_depth, 1), (), where=self._scope_where)
         replies = await self.pipeline([scan, text] if tokens else [scan])
+        plen = len(self._prefix)
         candidates = Candidates()
         ids, _, table = candidate_table(replies[0], plen, with_scores=False, distance=False)
         candidates.add(ids, table)
@@ -171,9 +192,13 @@ class HybridSearch:
                                       "DIALECT", "2")])  # fmt: skip
         return int(reply[0][0])
 
-    async def _lists(self, query: Query, where: str, tokens: list[str], depth: int, *, whole_scope: bool) -> Candidates:
-        vector = np.ascontiguousarray(query.vector, dtype=np.float32).tobytes()
-        commands = [self._knn(where, vector, depth, _NUMBERS, whole_scope=whole_scope)]
+    async def pipeline(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        return await pipeline(self._client, commands)
+
+    async def _lists(self, vector: bytes, depth: int, *, whole_scope: bool) -> Candidates:
+        """The KNN list and the text list at ``depth``, each completed for the other's rows."""
+        query, tokens = self._query, self._tokens
+        commands = [self._knn(self._where, vector, depth, _NUMBERS, whole_scope=whole_scope)]
         if tokens:
             commands.append(self._text(tokens, depth, _NUMBERS))
         if tokens and self._scope_where is not None:
@@ -200,22 +225,21 @@ class HybridSearch:
                 candidates.lexical = self._read_text_scores(reply)
         text_only, no_text = candidates.unresolved(query, text_truncated=candidates.lexical_floor is not None,
                                                    text_rows=text_rows)  # fmt: skip
-        await self._fill(where, vector, tokens=tokens, candidates=candidates, text_only=text_only,
-                         text_rows=text_rows, no_text=no_text)  # fmt: skip
+        await self._fill(vector, candidates=candidates, text_only=text_only, text_rows=text_rows, no_text=no_text)
         return candidates
 
     async def _fill(
-        self, where: str, vector: bytes, *, tokens: list[str], candidates: Candidates, text_only: list[str],
-        text_rows: Candidates, no_text: list[str],
+        self, vector: bytes, *, candidates: Candidates, text_only: list[str], text_rows: Candidates,
+        no_text: list[str],
     ) -> None:  # fmt: skip
         """The similarity of text matches outside the KNN list; the text score of KNN rows outside a
         truncated text list. Rows left out cannot reach the top k (``Candidates.unresolved``)."""
         commands = []
         if text_only:
             keys = [self._prefix + rid for rid in text_only]
-            commands.append(self._knn(where, vector, len(keys), (), whole_scope=True, keys=keys))
+            commands.append(self._knn(self._where, vector, len(keys), (), whole_scope=True, keys=keys))
         if no_text:
-            commands.append(self._text_scores(tokens, no_text))
+            commands.append(self._text_scores(self._tokens, no_text))
         if not commands:
             return
         replies = iter(await self.pipeline(commands))
@@ -265,16 +289,16 @@ class HybridSearch:
         return ("FT.SEARCH", self._index, search, *inkeys, "WITHSCORES", "SCORER", "BM25STD", *returned,
                 "LIMIT", "0", str(depth), "DIALECT", "2")  # fmt: skip
 
-    async def pipeline(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Commands in one round trip; a refused one raises ``BackendError``, a lost connection stays raw
-        so the caller's retry sees it."""
-        async with self._client.pipeline(transaction=False) as pipe:
-            for command in commands:
-                pipe.execute_command(*command)
-            replies = await pipe.execute(raise_on_error=False)
-        for reply in replies:
-            if isinstance(reply, RedisConnectionError | RedisTimeoutError):
-                raise reply
-            if isinstance(reply, ResponseError):
-                raise BackendError(f"Redis refused a search: {reply}") from reply
-        return list(replies)
+
+async def pipeline(client: aioredis.Redis, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Commands in one round trip, their replies in order. The first error is raised as redis-py raised
+    it, for the caller's retry and error mapping (``redis_error``), without redis-py's note that would
+    quote the command (vectors, ids) into the message."""
+    async with client.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)
+        replies = await pipe.execute(raise_on_error=False)
+    for reply in replies:
+        if isinstance(reply, RedisError):
+            raise reply
+    return list(replies)

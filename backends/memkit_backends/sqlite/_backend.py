@@ -1,67 +1,81 @@
 """``sqlite:///path.db``: the durable embedded default.
 
-The file is the truth; each collection is also held as columnar arrays in
-process and scored by the same kernels as ``memory://``. Another process may
-write the same file, so before every operation the backend compares SQLite's
-``PRAGMA data_version`` with the last one it saw and, if it moved, loads only
-the rows whose change sequence is newer. Writes take the write lock first
-(``BEGIN IMMEDIATE``), catch up with foreign changes, write, commit, and only
-then touch the arrays: a failed write leaves both untouched.
+The file is the truth; each collection is also held as columnar arrays in process (``_cache``) and
+scored by the same kernels as ``memory://``. Writes take the write lock first (``BEGIN IMMEDIATE``),
+catch up with foreign changes, write, commit, and only then touch the arrays: a failed write leaves
+both untouched, and a compare-and-set decided on the caught-up arrays is atomic across processes.
 """
 
 from __future__ import annotations
 
-import os
+import math
 import sqlite3
-import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final, TypeVar
 
 import anyio
 import anyio.to_thread
 
-from memkit.backend import Backend, Capabilities, FilterValue, Hit, Page, Query, Record, Scope, StorageURL
-from memkit.errors import BackendError, BackendUnavailableError, InvalidURLError
-from memkit.text import tokenize
-from memkit_backends._embedded.columnar import ColumnarCollection
-from memkit_backends._embedded.options import storage_dtype
-from memkit_backends.sqlite._schema import (
-    RECORD_COLUMNS,
-    create_schema,
-    fts_tokens,
-    record_from_row,
-    record_params,
-    scope_tokens,
+from memkit.backend import (
+    Backend,
+    Capabilities,
+    FilterValue,
+    Hit,
+    Page,
+    Query,
+    Record,
+    Scope,
+    StorageURL,
+    require_scope,
+    scope_matches,
 )
+from memkit.errors import BackendError, InvalidURLError, ValidationError
+from memkit_backends._embedded.columnar import ColumnarCollection
+from memkit_backends._embedded.indexes import replace_verdict
+from memkit_backends._embedded.options import DTYPE_OPTION, storage_dtype
+from memkit_backends.sqlite._cache import DELETIONS_KEPT, RecordCache, log_deletions, prune_deletions
+from memkit_backends.sqlite._codec import record_params
+from memkit_backends.sqlite._connect import connect, driver_error
+from memkit_backends.sqlite._kv_face import SQLiteKeyValue
+from memkit_backends.sqlite._schema import create_schema, fts_tokens, scope_tokens
+from memkit_backends.sqlite._search import fts_scores
 
 __all__ = ["SQLiteBackend"]
 
 T = TypeVar("T")
-_LOAD_BATCH = 5_000
+OPTIONS: Final = (DTYPE_OPTION, "timeout", "synchronous")
+_SYNCHRONOUS: Final = ("off", "normal", "full", "extra")
+_Apply = Callable[[], object]
+"""What a write does to the arrays once its transaction committed."""
 
 
-def _discard(_: object) -> None:
-    return None
+class SQLiteBackend(SQLiteKeyValue, Backend):
+    capabilities = Capabilities(vector_search=True, text_search=True, ttl=True, persistent=True)
 
-
-class SQLiteBackend(Backend):
-    capabilities = Capabilities(vector_search=True, text_search=True, ttl=True, transactions=True, persistent=True)
+    deletions_kept: int = DELETIONS_KEPT
+    prune_every: int = 1_000
+    """Deletions between two prunings of the log (each reads ``deletions_kept`` index entries)."""
 
     def __init__(self, url: StorageURL) -> None:
         super().__init__(url)
+        url.check_options(OPTIONS)
         self.path = url.file_path
         if not self.path:
             raise InvalidURLError(f"{url} names no file; use sqlite:///relative.db or sqlite:////absolute.db")
         self._dtype = storage_dtype(url)
-        self._busy_timeout_s = float(url.options.get("timeout", "10"))
-        self._synchronous = url.options.get("synchronous", "normal").upper()
-        if self._synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
-            raise InvalidURLError(f"synchronous={self._synchronous.lower()!r}: use off, normal, full or extra")
+        self._busy_timeout_s = url.option("timeout", 10.0)
+        if not (math.isfinite(self._busy_timeout_s) and self._busy_timeout_s > 0):
+            raise InvalidURLError(f"timeout={url.options['timeout']!r} in {url}: must be a number of seconds > 0")
+        self._synchronous = url.option("synchronous", "normal", choices=_SYNCHRONOUS).upper()
         self._conn: sqlite3.Connection | None = None
         self._lock = anyio.Lock()
-        self._cache: dict[str, ColumnarCollection] = {}
-        self._data_version = -1
-        self._last_seq = 0
+        self._cache = RecordCache(self._dtype, self.path)
+        self._deletions_since_prune = 0
+
+    @property
+    def undecodable(self) -> dict[str, set[str]]:
+        """Ids of rows skipped because they could not be decoded, per collection loaded."""
+        return self._cache.undecodable
 
     # -- plumbing -------------------------------------------------------------------------------
     async def _run(self, action: Callable[[sqlite3.Connection], T]) -> T:
@@ -71,108 +85,60 @@ class SQLiteBackend(Backend):
                 raise BackendError("the SQLite backend is not open; use 'async with backend:'")
             try:
                 return await anyio.to_thread.run_sync(action, conn)
-            except sqlite3.OperationalError as exc:
-                if "locked" in str(exc) or "busy" in str(exc):
-                    raise BackendUnavailableError(f"{self.path} stayed locked by another process: {exc}") from exc
-                raise BackendError(f"SQLite error on {self.path}: {exc}") from exc
-            except sqlite3.DatabaseError as exc:
-                raise BackendError(f"SQLite error on {self.path}: {exc}") from exc
-
-    def _connect(self) -> sqlite3.Connection:
-        directory = os.path.dirname(os.path.abspath(self.path))
-        if not os.path.isdir(directory):
-            raise BackendUnavailableError(f"cannot open {self.path}: directory {directory} does not exist")
-        try:
-            conn = sqlite3.connect(self.path, timeout=self._busy_timeout_s, isolation_level=None,
-                                   check_same_thread=False)  # fmt: skip
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                create_schema(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except sqlite3.DatabaseError as exc:
-            raise BackendUnavailableError(f"cannot open SQLite file {self.path}: {exc}") from exc
-        return conn
+            except sqlite3.Error as exc:
+                raise driver_error(self.path, self._busy_timeout_s, exc) from exc
+            except UnicodeEncodeError as exc:  # a lone surrogate in an id or key
+                raise ValidationError(f"SQLite cannot store this string (not valid UTF-8): {exc}") from exc
 
     async def open(self) -> None:
-        if self._conn is None:
-            self._conn = await anyio.to_thread.run_sync(self._connect)
+        if self._conn is not None:
+            return
+        self._conn = await anyio.to_thread.run_sync(connect, self.path, self._busy_timeout_s, self._synchronous)
+        try:
+            await self.setup()
+        except BaseException:
+            await self.aclose()
+            raise
 
-    async def close(self) -> None:
+    async def setup(self) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            self._transaction(conn, lambda: create_schema(conn))
+
+        await self._run(work)
+
+    async def aclose(self) -> None:
         async with self._lock:
             if self._conn is not None:
                 conn, self._conn = self._conn, None
                 await anyio.to_thread.run_sync(conn.close)
             self._cache.clear()
-            self._data_version = -1
 
-    # -- cache sync -------------------------------------------------------------------------------
-    def _sync(self, conn: sqlite3.Connection) -> None:
-        """Apply changes other connections committed since we last looked.
-
-        Version, changed rows and the change counter must come from one snapshot: read apart, a
-        commit landing in between would be counted as seen without being loaded.
-        """
-        if conn.in_transaction:
-            self._sync_snapshot(conn)
-            return
-        conn.execute("BEGIN")
-        try:
-            self._sync_snapshot(conn)
-        finally:
-            conn.execute("COMMIT")
-
-    def _sync_snapshot(self, conn: sqlite3.Connection) -> None:
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
-        if version == self._data_version:
-            return
-        changes: list[tuple[int, str, str, Record | None]] = []
-        for row in conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE seq > ?", (self._last_seq,)):
-            if row[1] in self._cache:
-                changes.append((row[13], row[1], row[2], record_from_row(row)))
-        deletions = conn.execute("SELECT seq, collection, id FROM memkit_deletions WHERE seq > ?", (self._last_seq,))
-        changes.extend((seq, name, record_id, None) for seq, name, record_id in deletions if name in self._cache)
-        changes.sort(key=lambda change: change[0])
-        for _, name, record_id, record in changes:
-            if record is None:
-                self._cache[name].delete([record_id])
-            else:
-                self._cache[name].upsert([record])
-        self._last_seq = conn.execute("SELECT value FROM memkit_meta WHERE key = 'change_seq'").fetchone()[0]
-        self._data_version = version
-
-    def _collection(self, conn: sqlite3.Connection, name: str) -> ColumnarCollection:
-        self._sync(conn)
-        found = self._cache.get(name)
-        if found is not None:
-            return found
-        dim_row = conn.execute("SELECT dim FROM memkit_collections WHERE name = ?", (name,)).fetchone()
-        found = ColumnarCollection(dim_row[0] if dim_row else None, self._dtype, index_text=False)
-        cursor = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE collection = ?", (name,))
-        while batch := cursor.fetchmany(_LOAD_BATCH):
-            found.upsert([record_from_row(row) for row in batch])
-        self._cache[name] = found
-        return found
-
-    def _write(self, conn: sqlite3.Connection, name: str, work: Callable[[ColumnarCollection], Any]) -> None:
-        """Run ``work`` (SQL writes, then cache updates) in one IMMEDIATE transaction."""
+    @staticmethod
+    def _transaction(conn: sqlite3.Connection, work: Callable[[], T]) -> T:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            collection = self._collection(conn, name)
-            apply_to_cache = work(collection)
-            # Read while the write lock is still ours: after COMMIT another writer may already have
-            # moved the counter, and its changes would then be skipped by the next sync.
-            last_seq = conn.execute("SELECT value FROM memkit_meta WHERE key = 'change_seq'").fetchone()[0]
+            result = work()
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+        return result
+
+    def _write(self, conn: sqlite3.Connection, name: str, work: Callable[[ColumnarCollection], _Apply]) -> None:
+        """Run ``work`` (SQL writes; returns the cache update) in one IMMEDIATE transaction."""
+
+        def transaction() -> tuple[_Apply, int]:
+            apply_to_cache = work(self._cache.collection(conn, name))
+            # Read while the write lock is still ours: after COMMIT another writer may already have
+            # moved the counter, and its changes would then be skipped by the next sync.
+            return apply_to_cache, conn.execute("SELECT value FROM memkit_meta WHERE key = 'change_seq'").fetchone()[0]
+
+        apply_to_cache, last_seq = self._transaction(conn, transaction)
         apply_to_cache()
-        self._last_seq = last_seq
+        self._cache.last_seq = last_seq
+
+    async def _write_async(self, name: str, work: Callable[[sqlite3.Connection, ColumnarCollection], _Apply]) -> None:
+        await self._run(lambda conn: self._write(conn, name, lambda cache: work(conn, cache)))
 
     @staticmethod
     def _next_seqs(conn: sqlite3.Connection, count: int) -> int:
@@ -182,56 +148,62 @@ class SQLiteBackend(Backend):
         ).fetchone()[0]
         return int(end) - count + 1
 
-    # -- contract -------------------------------------------------------------------------------
+    # -- writes ---------------------------------------------------------------------------------
     async def ensure_collection(self, name: str, dim: int | None) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            def write(collection: ColumnarCollection) -> Callable[[], None]:
-                if dim is not None:
-                    ColumnarCollection.require_dim(name, collection.dim, dim)
-                conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (name, dim))
-                if dim is not None:
-                    conn.execute("UPDATE memkit_collections SET dim = ? WHERE name = ? AND dim IS NULL", (dim, name))
-                return lambda: collection.set_dim(dim) if dim is not None else None
+        def write(conn: sqlite3.Connection, cache: ColumnarCollection) -> _Apply:
+            if dim is not None:
+                ColumnarCollection.require_dim(name, cache.dim, dim)
+            conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (name, dim))
+            if dim is not None:
+                conn.execute("UPDATE memkit_collections SET dim = ? WHERE name = ? AND dim IS NULL", (dim, name))
+            return lambda: cache.set_dim(dim) if dim is not None else None
 
-            self._write(conn, name, write)
-
-        await self._run(work)
+        await self._write_async(name, write)
 
     async def upsert(self, collection: str, records: Sequence[Record]) -> None:
         if not records:
             return
 
-        def work(conn: sqlite3.Connection) -> None:
-            def write(cache: ColumnarCollection) -> Callable[[], None]:
-                self._write_records(conn, collection, cache, records)
-                return lambda: cache.upsert(records)
+        def write(conn: sqlite3.Connection, cache: ColumnarCollection) -> _Apply:
+            self._write_records(conn, collection, cache, records)
+            return lambda: self._cache_upsert(collection, cache, records)
 
-            self._write(conn, collection, write)
+        await self._write_async(collection, write)
 
-        await self._run(work)
+    async def replace(self, collection: str, record: Record, expected_body: bytes | None) -> bool:
+        verdicts: list[str] = []
 
-    async def replace(self, collection: str, record: Record, expected_body: bytes) -> bool:
-        replaced: list[bool] = []
+        def write(conn: sqlite3.Connection, cache: ColumnarCollection) -> _Apply:
+            # The write lock is held and the cache caught up, so the cache shows the committed state.
+            if record.id in self.undecodable.get(collection, ()):
+                verdicts.append("refuse")  # its body cannot be read; a delete or an upsert clears it
+                return lambda: None
+            current = cache.get([record.id])
+            verdicts.append(replace_verdict(current[0].body if current else None, record.body, expected_body))
+            if verdicts[0] != "write":
+                return lambda: None
+            self._write_records(conn, collection, cache, [record])
+            return lambda: self._cache_upsert(collection, cache, [record])
 
-        def work(conn: sqlite3.Connection) -> None:
-            def write(cache: ColumnarCollection) -> Callable[[], None]:
-                # The write lock is held and the cache caught up, so the cache shows the committed state.
-                current = cache.get([record.id])
-                if not current or current[0].body != expected_body:
-                    return lambda: None
-                self._write_records(conn, collection, cache, [record])
-                replaced.append(True)
-                return lambda: cache.upsert([record])
+        await self._write_async(collection, write)
+        return verdicts[0] != "refuse"
 
-            self._write(conn, collection, write)
-
-        await self._run(work)
-        return bool(replaced)
+    def _cache_upsert(self, collection: str, cache: ColumnarCollection, records: Sequence[Record]) -> None:
+        cache.upsert(records)
+        bad = self.undecodable.get(collection)
+        if bad:
+            bad.difference_update(record.id for record in records)
 
     def _write_records(
         self, conn: sqlite3.Connection, collection: str, cache: ColumnarCollection, records: Sequence[Record]
     ) -> None:
-        cache.check_dims(records)
+        dim = cache.check_records(records)  # refuses NaN fields and dimension mismatches before any SQL
+        bad = self.undecodable.get(collection, set()).intersection(record.id for record in records)
+        if bad:  # an undecodable row's counters are unreadable too: the rewritten record starts afresh
+            conn.executemany(
+                "UPDATE memkit_records SET access_count = 0, last_accessed = NULL WHERE collection = ? AND id = ?",
+                [(collection, record_id) for record_id in bad],
+            )
         first = self._next_seqs(conn, len(records))
         conn.executemany(
             "INSERT INTO memkit_records (collection, id, user_id, agent_id, session_id, body, text, vector, "
@@ -245,7 +217,6 @@ class SQLiteBackend(Backend):
         )
         rowids = dict(conn.execute("SELECT id, rowid FROM memkit_records WHERE seq >= ?", (first,)))
         self._index_text(conn, [(rowids[r.id], fts_tokens(r), scope_tokens(r.scope)) for r in records])
-        dim = cache.dim or next((int(r.vector.shape[0]) for r in records if r.vector is not None), None)
         conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (collection, dim))
         conn.execute("UPDATE memkit_collections SET dim = ? WHERE name = ? AND dim IS NULL", (dim, collection))
 
@@ -257,24 +228,63 @@ class SQLiteBackend(Backend):
             [row for row in rows if row[1]],
         )
 
-    async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
-        return await self._run(lambda conn: self._collection(conn, collection).get(ids, scope))
+    async def touch(self, collection: str, counts: Mapping[str, int], at: float) -> None:
+        if not counts:
+            return
+        if not math.isfinite(at):
+            raise ValidationError(f"touch time must be a finite number, got {at!r}")
 
+        def write(conn: sqlite3.Connection, cache: ColumnarCollection) -> _Apply:
+            live = {record_id: int(count) for record_id, count in counts.items() if record_id in cache}
+            if live:
+                # Two columns and the change number: other processes' caches reload the row; the
+                # full-text index is not touched.
+                first = self._next_seqs(conn, len(live))
+                conn.executemany(
+                    "UPDATE memkit_records SET access_count = access_count + ?, "
+                    "last_accessed = max(coalesce(last_accessed, ?), ?), seq = ? WHERE collection = ? AND id = ?",
+                    [(count, at, at, first + i, collection, rid) for i, (rid, count) in enumerate(live.items())],
+                )
+            return lambda: cache.touch(live, at)
+
+        await self._write_async(collection, write)
+
+    # -- deletes --------------------------------------------------------------------------------
     async def delete(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> int:
         deleted: list[str] = []
 
-        def work(conn: sqlite3.Connection) -> None:
-            def write(cache: ColumnarCollection) -> Callable[[], None]:
-                existing = [record.id for record in cache.get(ids, scope)]
-                if existing:
-                    self._delete_rows(conn, collection, existing)
-                deleted.extend(existing)
-                return lambda: _discard(cache.delete(existing))
+        def write(conn: sqlite3.Connection, cache: ColumnarCollection) -> _Apply:
+            wanted = list(dict.fromkeys(ids))
+            existing = [record.id for record in cache.get(wanted, scope)]
+            broken = self._undecodable_in(conn, collection, wanted, scope)
+            if existing or broken:
+                self._delete_rows(conn, collection, existing + broken)
+            deleted.extend(existing + broken)
 
-            self._write(conn, collection, write)
+            def apply() -> None:
+                cache.delete(existing)
+                self.undecodable.get(collection, set()).difference_update(broken)
 
-        await self._run(work)
+            return apply
+
+        await self._write_async(collection, write)
         return len(deleted)
+
+    def _undecodable_in(
+        self, conn: sqlite3.Connection, collection: str, ids: Iterable[str], scope: Scope | None
+    ) -> list[str]:
+        """Which of ``ids`` are undecodable rows within ``scope`` (judged by the plain scope columns)."""
+        bad = self.undecodable.get(collection, set())
+        found = []
+        for record_id in (i for i in ids if i in bad):
+            row = conn.execute(
+                "SELECT user_id, agent_id, session_id FROM memkit_records WHERE collection = ? AND id = ?",
+                (collection, record_id),
+            ).fetchone()
+            if row is not None and (scope is None or scope_matches(Scope(user_id=row[0], agent_id=row[1],
+                                                                         session_id=row[2]), scope)):  # fmt: skip
+                found.append(record_id)
+        return found
 
     def _delete_rows(self, conn: sqlite3.Connection, collection: str, ids: list[str]) -> None:
         first = self._next_seqs(conn, len(ids))
@@ -286,45 +296,36 @@ class SQLiteBackend(Backend):
         ]
         conn.executemany("DELETE FROM memkit_records_fts WHERE rowid = ?", [(rowid,) for rowid in rowids])
         conn.executemany("DELETE FROM memkit_records WHERE collection = ? AND id = ?", keys)
-        conn.executemany(
-            "INSERT INTO memkit_deletions (seq, collection, id) VALUES (?, ?, ?)",
-            [(first + i, collection, record_id) for i, record_id in enumerate(ids)],
-        )
+        log_deletions(conn, collection, ids, first)
+        self._deletions_since_prune += len(ids)
+        if self._deletions_since_prune >= self.prune_every:
+            prune_deletions(conn, self.deletions_kept)
+            self._deletions_since_prune = 0
+
+    async def delete_expired(self, collection: str, now: float) -> int:
+        deleted: list[str] = []
+
+        def write(conn: sqlite3.Connection, cache: ColumnarCollection) -> _Apply:
+            expired = cache.expired_ids(now)
+            if expired:
+                self._delete_rows(conn, collection, expired)
+            deleted.extend(expired)
+            return lambda: cache.delete(expired)
+
+        await self._write_async(collection, write)
+        return len(deleted)
+
+    # -- reads ----------------------------------------------------------------------------------
+    async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
+        return await self._run(lambda conn: self._cache.collection(conn, collection).get(ids, scope))
 
     async def query(self, collection: str, query: Query) -> list[Hit]:
         def work(conn: sqlite3.Connection) -> list[Hit]:
-            cache = self._collection(conn, collection)
-            lexical = self._fts_scores(conn, collection, query) if query.text else None
+            cache = self._cache.collection(conn, collection)
+            lexical = fts_scores(conn, collection, query) if query.text else None
             return cache.query(query, external_lexical=lexical)
 
         return await self._run(work)
-
-    @staticmethod
-    def _fts_scores(conn: sqlite3.Connection, collection: str, query: Query) -> dict[str, float]:
-        """Raw BM25 per record id, with scope and expiry pushed into the SQL."""
-        tokens = sorted(set(tokenize(query.text or "")))
-        if not tokens:
-            return {}
-        # Tokens are plain word characters; quoting each makes FTS5 read it as a term, never as syntax.
-        # The scope's terms are ANDed in, so FTS5 intersects posting lists instead of scoring every
-        # match of every user; the scope column has weight 0 in bm25, so scores are unchanged.
-        match = "tokens : (" + " OR ".join(f'"{token}"' for token in tokens) + ")"
-        for term in scope_tokens(query.scope).split():
-            match += f' AND scope : "{term}"'
-        sql = [
-            # CROSS JOIN fixes the loop order: one full-text search, then a rowid lookup per match
-            # (the planner otherwise runs one full-text search per record in scope).
-            "SELECT r.id, -bm25(memkit_records_fts, 1.0, 0.0) FROM memkit_records_fts "
-            "CROSS JOIN memkit_records r ON r.rowid = memkit_records_fts.rowid "
-            "WHERE memkit_records_fts MATCH ? AND r.collection = ? AND (r.expires_at IS NULL OR r.expires_at > ?)"
-        ]
-        params: list[Any] = [match, collection, query.now]
-        for column, value in (("user_id", query.scope.user_id), ("agent_id", query.scope.agent_id),
-                              ("session_id", query.scope.session_id)):  # fmt: skip
-            if value is not None:
-                sql.append(f"AND r.{column} = ?")
-                params.append(value)
-        return {record_id: float(score) for record_id, score in conn.execute(" ".join(sql), params)}
 
     async def scan(
         self,
@@ -335,81 +336,26 @@ class SQLiteBackend(Backend):
         limit: int = 100,
         cursor: str | None = None,
         now: float | None = None,
+        newest_first: bool = False,
+        all_scopes: bool = False,
     ) -> Page:
-        return await self._run(lambda conn: self._collection(conn, collection).scan(scope, filters, limit, cursor, now))
+        require_scope(scope, all_scopes)
 
-    async def delete_expired(self, collection: str, now: float) -> int:
-        deleted: list[str] = []
-
-        def work(conn: sqlite3.Connection) -> None:
-            def write(cache: ColumnarCollection) -> Callable[[], None]:
-                expired = cache.expired_ids(now)
-                if expired:
-                    self._delete_rows(conn, collection, expired)
-                deleted.extend(expired)
-                return lambda: _discard(cache.delete(expired))
-
-            self._write(conn, collection, write)
-
-        await self._run(work)
-        return len(deleted)
-
-    # -- key-value ------------------------------------------------------------------------------
-    async def kv_get(self, namespace: str, key: str) -> bytes | None:
-        def work(conn: sqlite3.Connection) -> bytes | None:
-            row = conn.execute(
-                "SELECT value FROM memkit_kv WHERE namespace = ? AND key = ? "
-                "AND (expires_at IS NULL OR expires_at > ?)",
-                (namespace, key, time.time()),
-            ).fetchone()
-            return None if row is None else bytes(row[0])
-
-        return await self._run(work)
-
-    async def kv_set(self, namespace: str, key: str, value: bytes, ttl_s: float | None = None) -> None:
-        expires_at = None if ttl_s is None else time.time() + ttl_s
-        await self._run(
-            lambda conn: conn.execute(
-                "INSERT OR REPLACE INTO memkit_kv (namespace, key, value, expires_at) VALUES (?, ?, ?, ?)",
-                (namespace, key, bytes(value), expires_at),
+        def work(conn: sqlite3.Connection) -> Page:
+            return self._cache.collection(conn, collection).scan(
+                scope, filters, limit, cursor, now, newest_first=newest_first
             )
-        )
-
-    async def kv_delete(self, namespace: str, key: str) -> bool:
-        def work(conn: sqlite3.Connection) -> bool:
-            cursor = conn.execute(
-                "DELETE FROM memkit_kv WHERE namespace = ? AND key = ? AND (expires_at IS NULL OR expires_at > ?)",
-                (namespace, key, time.time()),
-            )
-            conn.execute("DELETE FROM memkit_kv WHERE expires_at IS NOT NULL AND expires_at <= ?", (time.time(),))
-            return cursor.rowcount > 0
 
         return await self._run(work)
 
-    async def kv_replace(
-        self, namespace: str, key: str, value: bytes, expected: bytes | None, ttl_s: float | None = None
-    ) -> bool:
-        def work(conn: sqlite3.Connection) -> bool:
-            now = time.time()
-            conn.execute("BEGIN IMMEDIATE")  # the write lock makes read-compare-write atomic across processes
-            try:
-                row = conn.execute(
-                    "SELECT value FROM memkit_kv WHERE namespace = ? AND key = ? "
-                    "AND (expires_at IS NULL OR expires_at > ?)",
-                    (namespace, key, now),
-                ).fetchone()
-                if (None if row is None else bytes(row[0])) != expected:
-                    conn.execute("ROLLBACK")
-                    return False
-                conn.execute(
-                    "INSERT OR REPLACE INTO memkit_kv (namespace, key, value, expires_at) VALUES (?, ?, ?, ?)",
-                    (namespace, key, bytes(value), None if ttl_s is None else now + ttl_s),
-                )
-                conn.execute("COMMIT")
-                return True
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-
-        return await self._run(work)
+    async def count(
+        self,
+        collection: str,
+        scope: Scope,
+        *,
+        filters: Mapping[str, FilterValue] | None = None,
+        now: float | None = None,
+        all_scopes: bool = False,
+    ) -> int:
+        require_scope(scope, all_scopes)
+        return await self._run(lambda conn: self._cache.collection(conn, collection).count(scope, filters, now))

@@ -10,6 +10,7 @@ from memkit.layers.longterm._records import (
     RecallHit,
     StoreResult,
 )
+from memkit.layers.longterm._writes import NewMemory
 
 __all__ = [
     "KINDS",
@@ -18,6 +19,7 @@ __all__ = [
     "Memory",
     "MemoryKind",
     "MemoryPage",
+    "NewMemory",
     "RecallHit",
     "StoreResult",
 ]

@@ -1,25 +1,23 @@
-"""Access statistics applied in the background, so recall answers without waiting on a write."""
+"""Access statistics written in the background, so recall answers without waiting on a write.
+
+Counts are added beside the records (``Backend.touch``: one batched, atomic increment per collection
+that re-indexes nothing), never by rewriting a memory, so they take no write lock and never slow a
+``store()``.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping
-from datetime import datetime
-from typing import Protocol
 
 import anyio
 
-from memkit._time import utcnow
-from memkit.backend import Scope
+from memkit._time import now_epoch
+from memkit.backend import RecordStore
 
 __all__ = ["AccessTracker"]
 
 log = logging.getLogger("memkit")
-
-
-class _Touchable(Protocol):
-    async def apply_access(self, counts: Mapping[str, int], scope: Scope, at: datetime) -> None: ...
 
 
 class AccessTracker:
@@ -27,16 +25,20 @@ class AccessTracker:
 
     def __init__(self, delay_s: float = 0.5) -> None:
         self._delay_s = delay_s
-        self._pending: dict[tuple[int, Scope], tuple[_Touchable, Counter[str]]] = {}
+        self._pending: dict[tuple[int, str], tuple[RecordStore, Counter[str]]] = {}
         self._wake = anyio.Event()
 
-    def touch(self, layer: _Touchable, ids: list[str], scope: Scope) -> None:
-        _, counts = self._pending.setdefault((id(layer), scope), (layer, Counter()))
+    @property
+    def pending(self) -> int:
+        return sum(len(counts) for _, counts in self._pending.values())
+
+    def touch(self, store: RecordStore, collection: str, ids: list[str]) -> None:
+        _, counts = self._pending.setdefault((id(store), collection), (store, Counter()))
         counts.update(ids)
         self._wake.set()
 
     async def run(self) -> None:
-        """Flush loop; runs in the client's task group until cancelled."""
+        """Flush loop, run as ``Memkit``'s background task until cancelled."""
         while True:
             await self._wake.wait()
             self._wake = anyio.Event()
@@ -45,9 +47,14 @@ class AccessTracker:
 
     async def flush(self) -> None:
         pending, self._pending = self._pending, {}
-        at = utcnow()
-        for (_, scope), (layer, counts) in pending.items():
+        at = now_epoch()
+        for (_, collection), (store, counts) in pending.items():
             try:
-                await layer.apply_access(counts, scope, at)
+                await store.touch(collection, dict(counts), at)
             except Exception:  # statistics must never break the agent
                 log.exception("memkit: could not record access statistics for %d memories", len(counts))
+
+    def drop(self) -> int:
+        """Forget what is pending (when closing ran out of time); returns how many memories it was for."""
+        dropped, self._pending = self.pending, {}
+        return dropped

@@ -1,4 +1,9 @@
-"""Mapping between memories and backend records, and the small pure helpers of the long-term layer."""
+"""Memories <-> backend records, and the small pure helpers of the long-term layer.
+
+Access statistics live beside the record (``Backend.touch``), not in its body, so a recall rewrites
+nothing; the body keeps only what a memory had counted before that (stores written by memkit 0.1),
+and a decoded memory adds both.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +14,29 @@ from typing import Any
 
 import msgspec
 
-from memkit._time import new_id, utcnow
-from memkit.backend import FilterValue, Hit, Record, Scope
+from memkit._time import epoch, from_epoch, new_id, utcnow
+from memkit.backend import FieldValue, FilterValue, Hit, Record, Scope
 from memkit.errors import CorruptDataError, ValidationError
-from memkit.layers._turns import TURN_KEY, Turn, turn_key
+from memkit.layers._keys import digest_of
+from memkit.layers._turns import TURN_KEY, Turn, thread_id, turn_key
 from memkit.layers.longterm._records import Memory, MemoryKind, RecallHit
 from memkit.text import normalize_for_dedupe
 
-encode_memory = msgspec.json.Encoder().encode
+__all__ = [
+    "decode",
+    "dedupe_key",
+    "expiry",
+    "filters",
+    "index_text",
+    "memory_id",
+    "merge",
+    "record_fields",
+    "to_hit",
+    "to_record",
+    "turn_memories",
+]
+
+_encode_memory = msgspec.json.Encoder().encode
 _decode_memory = msgspec.json.Decoder(Memory).decode
 
 
@@ -24,7 +44,13 @@ def dedupe_key(content: str) -> str:
     return hashlib.blake2b(normalize_for_dedupe(content).encode(), digest_size=12).hexdigest()
 
 
-def metadata_fields(metadata: Mapping[str, Any]) -> dict[str, str | int | float | bool]:
+def memory_id(scope: Scope, content: str) -> str:
+    """The id of a deduplicated memory: a digest of its scope and normalised text. Two processes storing the
+    same sentence for one user at once write one record (create-if-absent on this id), never two."""
+    return digest_of(scope.user_id, scope.agent_id, scope.session_id, dedupe_key(content))
+
+
+def metadata_fields(metadata: Mapping[str, Any]) -> dict[str, FieldValue | tuple[str, ...]]:
     return {f"meta.{k}": v for k, v in metadata.items() if isinstance(v, str | int | float | bool)}
 
 
@@ -59,16 +85,33 @@ def turn_memories(
     return memories
 
 
-def record_fields(memory: Memory) -> dict[str, str | int | float | bool]:
+def record_fields(memory: Memory) -> dict[str, FieldValue | tuple[str, ...]]:
     fields = {"kind": memory.kind, "dedupe": dedupe_key(memory.content), **metadata_fields(memory.metadata)}
     thread, position = memory.metadata.get("thread"), memory.metadata.get("position")
     if memory.kind == "turn" and isinstance(thread, str) and isinstance(position, int):
-        fields[TURN_KEY] = turn_key(thread, position)
+        fields[TURN_KEY] = turn_key(thread_id(memory.scope, thread), position)
     return fields
 
 
 def index_text(memory: Memory) -> str:
     return memory.content if memory.context is None else f"{memory.context}\n{memory.content}"
+
+
+def to_record(memory: Memory, vector: Any, stored: Record | None = None) -> Record:
+    """The record of ``memory``; ``stored`` is the record it replaces, whose counters stay beside it."""
+    counted = 0 if stored is None else stored.access_count
+    body = msgspec.structs.replace(memory, access_count=max(memory.access_count - counted, 0))
+    return Record(
+        id=memory.id,
+        scope=memory.scope,
+        body=_encode_memory(body),
+        text=index_text(memory),
+        vector=vector,
+        importance=memory.importance,
+        timestamp=epoch(memory.updated_at),
+        expires_at=None if memory.expires_at is None else epoch(memory.expires_at),
+        fields=record_fields(memory),
+    )
 
 
 def expiry(now: datetime, ttl: timedelta | float | None) -> datetime | None:
@@ -94,21 +137,30 @@ def merge(existing: Memory, newer: Memory) -> Memory:
 
 
 def filters(kinds: Sequence[MemoryKind] | None, metadata: Mapping[str, FilterValue] | None) -> dict[str, FilterValue]:
-    filters: dict[str, FilterValue] = {}
+    wanted: dict[str, FilterValue] = {}
     if kinds is not None:
         if isinstance(kinds, str):
             kinds = [kinds]
-        filters["kind"] = list(kinds)
+        wanted["kind"] = list(kinds)
     for key, value in (metadata or {}).items():
-        filters[f"meta.{key}"] = value
-    return filters
+        wanted[f"meta.{key}"] = value
+    return wanted
 
 
 def decode(record: Record) -> Memory:
     try:
-        return _decode_memory(record.body)
+        memory = _decode_memory(record.body)
     except msgspec.DecodeError as exc:
         raise CorruptDataError(f"stored memory {record.id!r} cannot be decoded: {exc}") from exc
+    if not record.access_count:
+        return memory
+    last = memory.last_accessed_at
+    if record.last_accessed is not None:
+        touched = from_epoch(record.last_accessed)
+        last = touched if last is None else max(last, touched)
+    return msgspec.structs.replace(
+        memory, access_count=memory.access_count + record.access_count, last_accessed_at=last
+    )
 
 
 def to_hit(hit: Hit, neighbour: float) -> RecallHit:

@@ -4,53 +4,47 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Final
 
 import anyio
 import msgspec
 
-from memkit._time import epoch, new_id, now_epoch, utcnow
-from memkit._validation import check_content, check_importance, check_metadata, require_scope
+from memkit._time import epoch, now_epoch, utcnow
+from memkit._validation import check_content, check_importance, check_metadata, check_text, require_scope
 from memkit.backend import Backend, FilterValue, Query, Record, Scope, Weights
 from memkit.embedders import Embedder, as_unit_vectors
-from memkit.errors import BackendError, NotFoundError, ValidationError
-from memkit.layers._turns import (
-    ThreadState,
-    Turn,
-    contexts,
-    thread_state_key,
-    turn_content,
-)
+from memkit.errors import ConfigurationError, EmbeddingError, InvalidVectorError, NotFoundError, ValidationError
+from memkit.layers._cas import update_record
+from memkit.layers._turns import Turn, turn_content
 from memkit.layers.longterm._access import AccessTracker
-from memkit.layers.longterm._codec import (
-    decode,
-    dedupe_key,
-    encode_memory,
-    expiry,
-    index_text,
-    record_fields,
-    to_hit,
-    turn_memories,
-)
+from memkit.layers.longterm._codec import decode, expiry, index_text, to_hit, to_record, turn_memories
 from memkit.layers.longterm._codec import filters as build_filters
-from memkit.layers.longterm._codec import merge as merge_memories
+from memkit.layers.longterm._conversation import claim_positions, forget_thread_states, remove_turn_text
 from memkit.layers.longterm._ranking import neighbour_rerank, rrf_rerank
 from memkit.layers.longterm._records import LongTermConfig, Memory, MemoryKind, MemoryPage, RecallHit, StoreResult
+from memkit.layers.longterm._writes import NewMemory, plan_memories, store_batch
 
 __all__ = ["LongTermMemory"]
 
-_REPLACE_ATTEMPTS = 20
-_encode_state = msgspec.json.Encoder().encode
-_decode_state = msgspec.json.Decoder(ThreadState).decode
+META_NAMESPACE: Final = "memkit.collections"
+"""Per collection: the embedder whose vectors it holds (model id and dimension)."""
+_MAX_LIST_LIMIT = 1_000
+_encode_meta = msgspec.json.Encoder().encode
+_decode_meta = msgspec.json.Decoder(dict[str, Any]).decode
 
 
 class LongTermMemory:
     """Per-user (or per-agent) long-term memory over any backend.
 
-    Every call needs ``user_id`` or ``agent_id``; searching all scopes needs ``all_scopes=True``.
+    Every call needs ``user_id`` or ``agent_id`` (optionally ``session_id``); searching all scopes needs
+    ``all_scopes=True``.
     """
+
+    name = "long_term"
+    needs: frozenset[str] = frozenset({"records", "kv", "vector_search", "filtered_scan"})
 
     def __init__(
         self,
@@ -63,14 +57,46 @@ class LongTermMemory:
         self.embedder = embedder
         self.config = config or LongTermConfig()
         self._access = access
-        # Serialises read-modify-write (merge, update, access counts) within this process.
-        self._write_lock = anyio.Lock()
+        # Read-modify-write (dedupe, merge, update) is serialised per scope within this process; other
+        # processes are kept apart by the store's compare-and-set. Entries: [lock, holders].
+        self._locks: dict[Scope, list[Any]] = {}
 
     @property
     def _collection(self) -> str:
         return self.config.collection
 
-    # -- writes ---------------------------------------------------------------------------------
+    # -- lifecycle ------------------------------------------------------------------------------------
+    async def setup(self) -> None:
+        """Create the collection and check it holds vectors of this embedder (never a silent mix)."""
+        dim = int(self.embedder.dim)
+        wanted: dict[str, Any] = {"model_id": self.embedder.model_id, "dim": dim}
+        key = self._collection
+        if not await self.backend.kv_replace(META_NAMESPACE, key, _encode_meta(wanted), expected=None):
+            stored = _decode_meta(await self.backend.kv_get(META_NAMESPACE, key) or b"{}")
+            if stored and stored != wanted:
+                raise ConfigurationError(
+                    f"collection {key!r} in {self.backend.url} holds vectors of embedder {stored.get('model_id')!r} "
+                    f"(dim {stored.get('dim')}); this client embeds with {wanted['model_id']!r} (dim {wanted['dim']}). "
+                    "Use the same embedder, or another collection: LongTermConfig(collection=...)"
+                )
+        await self.backend.ensure_collection(key, dim)
+
+    async def aclose(self) -> None:
+        return None
+
+    @asynccontextmanager
+    async def _scope_lock(self, scope: Scope) -> AsyncIterator[None]:
+        entry = self._locks.setdefault(scope, [anyio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._locks[scope]
+
+    # -- writes -----------------------------------------------------------------------------------------
     async def store(
         self,
         content: str,
@@ -88,58 +114,41 @@ class LongTermMemory:
     ) -> StoreResult:
         """Store a memory, or merge it into a near-duplicate; says which in ``status``."""
         scope = require_scope(user_id, agent_id, session_id)
-        content = check_content(content, self.config.max_content_chars)
-        if context is not None:
-            context = check_content(context, self.config.max_content_chars, "context")
-        importance = check_importance(importance)
-        meta = check_metadata(metadata)
-        if not isinstance(kind, str) or not kind:
-            raise ValidationError(f"kind must be a non-empty string, got {kind!r}")
-        if importance < self.config.min_importance:
-            reason = f"importance {importance} is below the configured minimum {self.config.min_importance}"
-            return StoreResult(status="rejected", memory=None, reason=reason)
-        now = created_at or utcnow()
-        memory = Memory(
-            id=new_id(), scope=scope, kind=kind, content=content, importance=importance, source=source,
-            created_at=now, updated_at=now, expires_at=expiry(now, ttl), metadata=meta, context=context,
-        )  # fmt: skip
-        vector = await self._embed_one(index_text(memory))
-        async with self._write_lock:
-            existing = await self._find_duplicate(memory, vector) if self.config.dedupe else None
-            if existing is None:
-                await self.backend.upsert(self._collection, [self._to_record(memory, vector)])
-                return StoreResult(status="stored", memory=memory)
-            found, status = existing
-            if status == "duplicate":
-                return StoreResult(status=status, memory=found)
+        item = NewMemory(content=content, kind=kind, importance=importance, source=source, metadata=metadata,
+                         ttl=ttl, created_at=created_at, context=context)  # fmt: skip
+        [result] = await self._store(plan_memories([item], scope, self.config))
+        return result
 
-            async def merge_into(current: Memory) -> tuple[Memory, Any]:
-                merged = merge_memories(current, memory)
-                return merged, await self._embed_one(index_text(merged))
+    async def store_many(
+        self,
+        items: Sequence[NewMemory | str],
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> builtins.list[StoreResult]:
+        """Store many memories at once: one embedding call, duplicates found for the whole batch (against the
+        store and within it), one write per scope. Items may carry their own scope; the call's fills the
+        rest. One result per item, in order; bad input raises before anything is written."""
+        if isinstance(items, str) or not isinstance(items, Sequence):
+            raise ValidationError("store_many takes a list of strings or NewMemory items")
+        default = Scope(user_id=user_id, agent_id=agent_id, session_id=session_id)
+        return await self._store(plan_memories(items, default, self.config))
 
-            merged = await self._modify(found.id, found.scope, merge_into)
-            if merged is None:  # forgotten meanwhile: store the new memory after all
-                await self.backend.upsert(self._collection, [self._to_record(memory, vector)])
-                return StoreResult(status="stored", memory=memory)
-            return StoreResult(status="merged", memory=merged)
-
-    async def _find_duplicate(
-        self, memory: Memory, vector: Any
-    ) -> tuple[Memory, Literal["merged", "duplicate"]] | None:
-        exact = await self.backend.scan(
-            self._collection, memory.scope, filters={"dedupe": dedupe_key(memory.content)}, limit=1, now=now_epoch()
-        )
-        for record in exact.records:
-            if record.scope == memory.scope:
-                return decode(record), "duplicate"
-        query = Query(
-            scope=memory.scope, vector=vector, k=3, now=now_epoch(), min_score=self.config.merge_threshold,
-            weights=Weights(similarity=1.0, lexical=0.0, recency=0.0, importance=0.0),
-        )  # fmt: skip
-        for hit in await self.backend.query(self._collection, query):
-            if hit.record.scope == memory.scope and hit.scores.similarity >= self.config.merge_threshold:
-                return decode(hit.record), "merged"
-        return None
+    async def _store(self, planned: builtins.list[Memory | StoreResult]) -> builtins.list[StoreResult]:
+        memories = [m for m in planned if isinstance(m, Memory)]
+        vectors = await self._embed([index_text(m) for m in memories]) if memories else []
+        by_scope: dict[Scope, builtins.list[int]] = {}
+        for at, memory in enumerate(memories):
+            by_scope.setdefault(memory.scope, []).append(at)
+        outcome: dict[int, StoreResult] = {}
+        for scope, positions in by_scope.items():
+            async with self._scope_lock(scope):
+                results = await store_batch(self.backend, self.config, [memories[i] for i in positions],
+                                            [vectors[i] for i in positions], self._embed)  # fmt: skip
+            outcome.update(zip(positions, results, strict=True))
+        stored = iter(outcome[i] for i in range(len(memories)))
+        return [next(stored) if isinstance(p, Memory) else p for p in planned]
 
     async def add_turns(
         self,
@@ -153,42 +162,35 @@ class LongTermMemory:
     ) -> builtins.list[Memory]:
         """Remember conversation turns in order, each with the turn(s) before it as indexed context.
 
-        Turns are numbered within ``thread`` (default: the session id, else "main"), continuing
-        where the last call (in any process) stopped. They are not deduplicated: "Thanks!" said
-        twice was said twice. One embedding batch and one write for all of them.
+        Turns are numbered within ``thread`` (default: the session id, else "main") of this scope,
+        continuing where the last call (in any process) stopped. They are not deduplicated: "Thanks!"
+        said twice was said twice. Everything is validated and embedded before a position is claimed,
+        so a failed call leaves the thread as it was.
         """
         scope = require_scope(user_id, agent_id, session_id)
         importance = check_importance(importance)
-        thread = thread or session_id or "main"
+        thread = check_text(thread or session_id or "main", "thread")
+        if not isinstance(turns, Sequence) or not all(isinstance(t, Turn) for t in turns):
+            raise ValidationError("add_turns takes a list of Turn")
+        for turn in turns:
+            check_text(turn.speaker, "Turn.speaker")
+            if turn.at is not None:
+                epoch(turn.at)  # a naive datetime fails here, before anything is claimed
         contents = [check_content(turn_content(t), self.config.max_content_chars, "turn") for t in turns]
         metadata = [check_metadata(t.metadata) for t in turns]
         if not turns:
             return []
-        namespace, key = thread_state_key(self._collection, scope, thread)
-        async with self._write_lock:
-            first, context = await self._reserve_positions(namespace, key, contents)
-            memories = turn_memories(
-                turns, contents, metadata, context, scope=scope, thread=thread, first=first, importance=importance
-            )
-            vectors = as_unit_vectors(await self.embedder.embed([index_text(m) for m in memories]))
-            records = [self._to_record(m, v) for m, v in zip(memories, vectors, strict=True)]
-            await self.backend.upsert(self._collection, records)
+        # Turn vectors are embedded without context first only to surface embedder errors early; the final
+        # index text needs the context, which depends on the claimed position.
+        async with self._scope_lock(scope):
+            first, context = await claim_positions(self.backend, self._collection, scope, thread, contents,
+                                                   context_turns=self.config.context_turns)  # fmt: skip
+            memories = turn_memories(turns, contents, metadata, context, scope=scope, thread=thread, first=first,
+                                     importance=importance)  # fmt: skip
+            vectors = await self._embed([index_text(m) for m in memories])
+            await self.backend.upsert(self._collection, [to_record(m, v) for m, v in zip(memories, vectors,
+                                                                                          strict=True)])  # fmt: skip
             return memories
-
-    async def _reserve_positions(
-        self, namespace: str, key: str, contents: builtins.list[str]
-    ) -> tuple[int, builtins.list[str | None]]:
-        """Claim the next positions of a thread with compare-and-set, so two processes appending to
-        one thread never number two turns alike; returns the first position and each turn's context."""
-        for _ in range(_REPLACE_ATTEMPTS):
-            raw = await self.backend.kv_get(namespace, key)
-            state = _decode_state(raw) if raw else ThreadState()
-            first = state.next_position
-            context = contexts(state, contents, self.config.context_turns)
-            state.next_position = first + len(contents)
-            if await self.backend.kv_replace(namespace, key, _encode_state(state), expected=raw):
-                return first, context
-        raise BackendError(f"thread state {key!r} kept changing under concurrent writers; gave up")
 
     async def update(
         self,
@@ -196,6 +198,7 @@ class LongTermMemory:
         *,
         user_id: str | None = None,
         agent_id: str | None = None,
+        session_id: str | None = None,
         content: str | None = None,
         importance: float | None = None,
         kind: MemoryKind | None = None,
@@ -203,72 +206,77 @@ class LongTermMemory:
         ttl: timedelta | float | None = None,
     ) -> Memory:
         """Change fields of one memory; content changes are re-embedded."""
-        scope = require_scope(user_id, agent_id, None)
+        scope = require_scope(user_id, agent_id, session_id)
+        memory_id = check_text(memory_id, "memory_id")
         changes: dict[str, Any] = {}
         if content is not None:
             changes["content"] = check_content(content, self.config.max_content_chars)
         if importance is not None:
             changes["importance"] = check_importance(importance)
         if kind is not None:
-            changes["kind"] = kind
+            changes["kind"] = check_text(kind, "kind")
         if metadata is not None:
             changes["metadata"] = check_metadata(metadata)
         now = utcnow()
         if ttl is not None:
             changes["expires_at"] = expiry(now, ttl)
+        vector = await self._embed([changes["content"]]) if "content" in changes else None
 
-        async def change(current: Memory) -> tuple[Memory, Any]:
-            updated = msgspec.structs.replace(current, updated_at=now, **changes)
-            return updated, await self._embed_one(index_text(updated)) if "content" in changes else None
+        async def change(current: Record) -> tuple[Record, Memory]:
+            updated = msgspec.structs.replace(decode(current), updated_at=now, **changes)
+            if vector is not None and updated.context is not None:  # the context is indexed too
+                fresh = await self._embed([index_text(updated)])
+                return to_record(updated, fresh[0], current), updated
+            return to_record(updated, current.vector if vector is None else vector[0], current), updated
 
-        async with self._write_lock:
-            await self.get(memory_id, user_id=scope.user_id, agent_id=scope.agent_id)  # NotFoundError if absent
-            updated = await self._modify(memory_id, scope, change)
-            if updated is None:
-                raise NotFoundError(f"memory {memory_id!r} was forgotten while being updated")
-            return updated
+        async with self._scope_lock(scope):
+            await self.get(memory_id, user_id=scope.user_id, agent_id=scope.agent_id, session_id=session_id)
+            updated = await update_record(self.backend, self._collection, memory_id, scope, change)
+        if updated is None:
+            raise NotFoundError(f"memory {memory_id!r} was forgotten while being updated")
+        return updated
 
-    async def _modify(
-        self, memory_id: str, scope: Scope, change: Callable[[Memory], Awaitable[tuple[Memory, Any]]]
-    ) -> Memory | None:
-        """Read, change and compare-and-replace one memory, retrying when another writer (in this or
-        any process) changed it in between; None if it no longer exists. A vector of None keeps the
-        stored one."""
-        for _ in range(_REPLACE_ATTEMPTS):
-            records = await self.backend.get(self._collection, [memory_id], scope)
-            if not records:
-                return None
-            record = records[0]
-            updated, vector = await change(decode(record))
-            candidate = self._to_record(updated, record.vector if vector is None else vector)
-            if await self.backend.replace(self._collection, candidate, expected_body=record.body):
-                return updated
-        raise BackendError(f"memory {memory_id!r} kept changing under concurrent writers; gave up")
+    async def forget(
+        self, memory_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+    ) -> bool:
+        """Delete one memory, and every copy of its text (a turn's text in later turns' context and in its
+        thread's state)."""
+        scope = require_scope(user_id, agent_id, session_id)
+        memory_id = check_text(memory_id, "memory_id")
+        async with self._scope_lock(scope):
+            found = await self.backend.get(self._collection, [memory_id], scope)
+            if not found or not await self.backend.delete(self._collection, [memory_id], scope):
+                return False
+            memory = decode(found[0])
+            if memory.kind == "turn":
+                await remove_turn_text(self.backend, self._collection, memory, self.config.context_turns, self._embed)
+            return True
 
-    async def forget(self, memory_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> bool:
-        scope = require_scope(user_id, agent_id, None)
-        async with self._write_lock:
-            return await self.backend.delete(self._collection, [memory_id], scope) > 0
-
-    async def forget_all(self, *, user_id: str | None = None, agent_id: str | None = None) -> int:
-        """Delete every memory of a user (or agent); returns how many."""
-        scope = require_scope(user_id, agent_id, None)
+    async def forget_all(
+        self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+    ) -> int:
+        """Delete every memory of a user (or agent, or session) and its conversation state; returns how many."""
+        scope = require_scope(user_id, agent_id, session_id)
         total = 0
-        async with self._write_lock:
+        async with self._scope_lock(scope):
             while True:
                 page = await self.backend.scan(self._collection, scope, limit=1000)
                 if not page.records:
-                    return total
+                    break
                 total += await self.backend.delete(self._collection, [r.id for r in page.records], scope)
+            await forget_thread_states(self.backend, self._collection, scope)
+        return total
 
     async def sweep_expired(self) -> int:
         """Delete expired memories now (recall never returns them, swept or not)."""
-        async with self._write_lock:
-            return await self.backend.delete_expired(self._collection, now_epoch())
+        return await self.backend.delete_expired(self._collection, now_epoch())
 
-    # -- reads ----------------------------------------------------------------------------------
-    async def get(self, memory_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> Memory:
-        scope = require_scope(user_id, agent_id, None)
+    # -- reads ------------------------------------------------------------------------------------------
+    async def get(
+        self, memory_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+    ) -> Memory:
+        scope = require_scope(user_id, agent_id, session_id)
+        memory_id = check_text(memory_id, "memory_id")
         for record in await self.backend.get(self._collection, [memory_id], scope):
             if not record.is_expired(now_epoch()):
                 return decode(record)
@@ -284,16 +292,19 @@ class LongTermMemory:
         metadata: Mapping[str, FilterValue] | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        newest_first: bool = False,
         all_scopes: bool = False,
     ) -> MemoryPage:
-        """Memories in a scope, ordered by id; pass ``next_cursor`` back for the next page."""
+        """Memories in a scope, oldest first (or newest first); pass ``next_cursor`` back for the next page.
+        The cursor visits each memory once even while others are stored or forgotten."""
         scope = require_scope(user_id, agent_id, session_id, all_scopes=all_scopes)
-        if limit < 1:
-            raise ValidationError("limit must be >= 1")
-        wanted = build_filters(kinds, metadata)
-        page = await self.backend.scan(
-            self._collection, scope, filters=wanted, limit=limit, cursor=cursor, now=now_epoch()
-        )
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _MAX_LIST_LIMIT:
+            raise ValidationError(f"limit must be an integer in 1..{_MAX_LIST_LIMIT}, got {limit!r}")
+        if cursor is not None and not isinstance(cursor, str):
+            raise ValidationError(f"cursor must be a string from a previous page, got {type(cursor).__name__}")
+        page = await self.backend.scan(self._collection, scope, filters=build_filters(kinds, metadata), limit=limit,
+                                       cursor=cursor, now=now_epoch(), newest_first=newest_first,
+                                       all_scopes=all_scopes)  # fmt: skip
         return MemoryPage(memories=[decode(r) for r in page.records], next_cursor=page.next_cursor)
 
     async def recall(
@@ -316,54 +327,52 @@ class LongTermMemory:
         scope = require_scope(user_id, agent_id, session_id, all_scopes=all_scopes)
         query_text = check_content(query, self.config.max_content_chars, "query")
         k = self.config.default_k if k is None else k
-        if not 1 <= k <= self.config.max_k:
-            raise ValidationError(f"k must be in 1..{self.config.max_k}, got {k}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.config.max_k:
+            raise ValidationError(f"k must be an integer in 1..{self.config.max_k}, got {k!r}")
+        if weights is not None and not isinstance(weights, Weights):
+            raise ValidationError(f"weights must be a memkit.Weights, got {type(weights).__name__}")
         threshold = self.config.min_score if min_score is None else min_score
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)
+                                      or math.isnan(threshold)):  # fmt: skip
+            raise ValidationError(f"min_score must be a number, got {threshold!r}")
+        if as_of is not None and not isinstance(as_of, datetime):
+            raise ValidationError(f"as_of must be an aware datetime, got {type(as_of).__name__}")
+        [vector] = await self._embed([query_text])
         backend_query = Query(
-            scope=scope, all_scopes=all_scopes, vector=await self._embed_one(query_text), text=query_text,
+            scope=scope, all_scopes=all_scopes, vector=vector, text=query_text,
             filters=build_filters(kinds, metadata), k=k, weights=weights or self.config.weights,
             now=now_epoch() if as_of is None else epoch(as_of), half_life_s=self.config.half_life_days * 86400.0,
             min_importance=check_importance(min_importance),
-            min_score=-math.inf if threshold is None else threshold,
+            min_score=-math.inf if threshold is None else float(threshold),
         )  # fmt: skip
-        if self.config.fusion == "rrf":
-            ranked = await rrf_rerank(self.backend, self._collection, backend_query, k)
-        elif self.config.neighbour_weight > 0:
-            ranked = await neighbour_rerank(self.backend, self._collection, backend_query, k,
-                                            self.config.neighbour_weight)  # fmt: skip
-        else:
-            ranked = [(hit, 0.0) for hit in await self.backend.query(self._collection, backend_query)]
-        hits = [to_hit(hit, boost) for hit, boost in ranked]
+        hits = [to_hit(hit, boost) for hit, boost in await self._rank(backend_query, k)]
         if self._access is not None and self.config.track_access and hits:
-            self._access.touch(self, [hit.memory.id for hit in hits], scope)
+            self._access.touch(self.backend, self._collection, [hit.memory.id for hit in hits])
         return hits
 
-    # -- access statistics (applied in the background by AccessTracker) ------------------------
-    async def apply_access(self, counts: Mapping[str, int], scope: Scope, at: datetime) -> None:
-        async with self._write_lock:
-            for memory_id, count in counts.items():
+    async def _rank(self, query: Query, k: int) -> Any:
+        if self.config.fusion == "rrf":
+            return await rrf_rerank(self.backend, self._collection, query, k)
+        if self.config.neighbour_weight > 0:
+            return await neighbour_rerank(self.backend, self._collection, query, k, self.config.neighbour_weight)
+        return [(hit, 0.0) for hit in await self.backend.query(self._collection, query)]
 
-                async def touch(current: Memory, count: int = count) -> tuple[Memory, Any]:
-                    touched = msgspec.structs.replace(
-                        current, access_count=current.access_count + count, last_accessed_at=at
-                    )
-                    return touched, None
-
-                await self._modify(memory_id, scope, touch)
-
-    # -- helpers ----------------------------------------------------------------------------------
-    async def _embed_one(self, text: str) -> Any:
-        return as_unit_vectors(await self.embedder.embed([text]))[0]
-
-    def _to_record(self, memory: Memory, vector: Any) -> Record:
-        return Record(
-            id=memory.id,
-            scope=memory.scope,
-            body=encode_memory(memory),
-            text=index_text(memory),
-            vector=vector,
-            importance=memory.importance,
-            timestamp=epoch(memory.updated_at),
-            expires_at=None if memory.expires_at is None else epoch(memory.expires_at),
-            fields=record_fields(memory),
-        )
+    # -- helpers ----------------------------------------------------------------------------------------
+    async def _embed(self, texts: builtins.list[str]) -> Any:
+        """Unit vectors for ``texts``; whatever the embedder does wrong is an ``EmbeddingError`` naming it."""
+        model = getattr(self.embedder, "model_id", type(self.embedder).__name__)
+        try:
+            matrix = await self.embedder.embed(texts)
+        except Exception as exc:
+            if isinstance(exc, EmbeddingError):
+                raise
+            raise EmbeddingError(f"embedder {model!r} failed: {type(exc).__name__}: {exc}") from exc
+        try:
+            vectors = as_unit_vectors(matrix, int(self.embedder.dim))
+        except InvalidVectorError:
+            raise
+        except (TypeError, ValueError) as exc:  # strings, ragged rows...
+            raise EmbeddingError(f"embedder {model!r} returned something that is not vectors: {exc}") from exc
+        if vectors.shape[0] != len(texts):
+            raise EmbeddingError(f"embedder {model!r} returned {vectors.shape[0]} vectors for {len(texts)} texts")
+        return vectors

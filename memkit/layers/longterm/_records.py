@@ -6,6 +6,7 @@ once, and evolvable (new fields get defaults, so old stored data still decodes).
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any, Final, Literal
 
@@ -13,6 +14,7 @@ import msgspec
 
 from memkit._time import utcnow
 from memkit.backend import Scope, Weights
+from memkit.errors import ValidationError
 
 __all__ = ["KINDS", "LongTermConfig", "Memory", "MemoryKind", "MemoryPage", "RecallHit", "StoreResult"]
 
@@ -77,6 +79,9 @@ class LongTermConfig(msgspec.Struct, frozen=True, kw_only=True):
     context_turns: int = 1
     """How many previous turns ``add_turns`` indexes with each turn as its context."""
 
+    def __post_init__(self) -> None:
+        _check_config(self)
+
 
 class StoreResult(msgspec.Struct, frozen=True, kw_only=True):
     status: Literal["stored", "merged", "duplicate", "rejected"]
@@ -87,3 +92,33 @@ class StoreResult(msgspec.Struct, frozen=True, kw_only=True):
 class MemoryPage(msgspec.Struct, frozen=True, kw_only=True):
     memories: list[Memory]
     next_cursor: str | None
+
+
+_MAX_K_LIMIT = 10_000
+
+
+def _check_config(config: LongTermConfig) -> None:
+    """Every setting checked when the config is built, so a bad one fails here, not at the first recall."""
+
+    def require(ok: bool, what: str) -> None:
+        if not ok:
+            raise ValidationError(f"LongTermConfig: {what}")
+
+    def finite(value: object) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+    require(isinstance(config.collection, str) and bool(config.collection) and "\x00" not in config.collection,
+            "collection must be a non-empty string without NUL")  # fmt: skip
+    require(finite(config.min_importance) and 0 <= config.min_importance <= 1, "min_importance must be in 0..1")
+    require(isinstance(config.max_content_chars, int) and 1 <= config.max_content_chars <= 1_000_000,
+            "max_content_chars must be an integer in 1..1,000,000")  # fmt: skip
+    require(finite(config.merge_threshold) and 0 < config.merge_threshold <= 1, "merge_threshold must be in (0, 1]")
+    require(isinstance(config.max_k, int) and 1 <= config.max_k <= _MAX_K_LIMIT, f"max_k must be in 1..{_MAX_K_LIMIT}")
+    require(isinstance(config.default_k, int) and 1 <= config.default_k <= config.max_k,
+            "default_k must be in 1..max_k")  # fmt: skip
+    require(config.min_score is None or finite(config.min_score), "min_score must be a finite number or None")
+    require(finite(config.half_life_days) and config.half_life_days > 0, "half_life_days must be a positive number")
+    require(finite(config.neighbour_weight) and config.neighbour_weight >= 0, "neighbour_weight must be >= 0")
+    require(isinstance(config.context_turns, int) and 0 <= config.context_turns <= 20, "context_turns must be in 0..20")
+    require(config.fusion in ("blend", "rrf"), "fusion must be 'blend' or 'rrf'")
+    require(isinstance(config.weights, Weights), "weights must be a memkit.Weights")

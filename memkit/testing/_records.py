@@ -1,9 +1,9 @@
-"""The backend conformance suite, gated by declared capabilities."""
+"""Conformance of the record face: CRUD, scopes, filters, search, expiry, scans."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+import uuid
 
 import anyio
 import anyio.lowlevel
@@ -11,103 +11,17 @@ import msgspec
 import numpy as np
 import pytest
 
-from memkit.backend import Backend, Query, Record, Scope, Weights
+from memkit.backend import Backend, Record, Scope, Weights
 from memkit.errors import DimensionMismatchError, MemkitError
+from memkit.testing._helpers import COLLECTION, DIM, SIMILARITY_ONLY, fields_of, make_record, query, require, unit
+from memkit.testing._kv import KeyValueConformance
+from memkit.testing._scan import ScanConformance
+from memkit.testing._writes import WriteConformance
 
-__all__ = ["BackendConformance", "KeyValueConformance", "make_record"]
-
-DIM = 8
-COLLECTION = "conformance"
-SIMILARITY_ONLY = Weights(similarity=1.0, lexical=0.0, recency=0.0, importance=0.0)
-
-
-def unit(seed: int, dim: int = DIM) -> Any:
-    vector = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
-    return vector / np.linalg.norm(vector)
+__all__ = ["BackendConformance"]
 
 
-def make_record(
-    record_id: str,
-    user: str | None = "alice",
-    *,
-    text: str | None = None,
-    seed: int | None = None,
-    importance: float = 0.5,
-    expires_at: float | None = None,
-    fields: dict[str, Any] | None = None,
-    agent: str | None = None,
-    session: str | None = None,
-) -> Record:
-    return Record(
-        id=record_id,
-        scope=Scope(user_id=user, agent_id=agent, session_id=session),
-        body=f"body:{record_id}".encode(),
-        text=text,
-        vector=None if seed is None else unit(seed),
-        importance=importance,
-        timestamp=time.time(),
-        expires_at=expires_at,
-        fields=fields or {},
-    )
-
-
-def query(scope: Scope, **kwargs: Any) -> Query:
-    kwargs.setdefault("now", time.time())
-    return Query(scope=scope, **kwargs)
-
-
-def _require(backend: Backend, capability: str) -> None:
-    if not getattr(backend.capabilities, capability):
-        pytest.skip(f"{type(backend).__name__} does not declare {capability}")
-
-
-class KeyValueConformance:
-    """The key-value face alone (what plain Redis offers). Provide an async ``backend`` fixture."""
-
-    pytestmark = pytest.mark.anyio
-
-    # -- key-value ------------------------------------------------------------------------------
-    async def test_kv(self, backend: Backend) -> None:
-        assert await backend.kv_get("ns", "k") is None
-        await backend.kv_set("ns", "k", b"v1")
-        await backend.kv_set("other", "k", b"v2")
-        assert await backend.kv_get("ns", "k") == b"v1"
-        assert await backend.kv_get("other", "k") == b"v2"
-        assert await backend.kv_delete("ns", "k") is True
-        assert await backend.kv_delete("ns", "k") is False
-        assert await backend.kv_get("ns", "k") is None
-
-    async def test_kv_replace_is_compare_and_set(self, backend: Backend) -> None:
-        assert await backend.kv_replace("ns", "c", b"1", expected=b"0") is False
-        assert await backend.kv_replace("ns", "c", b"1", expected=None) is True
-        assert await backend.kv_replace("ns", "c", b"2", expected=None) is False
-        assert await backend.kv_replace("ns", "c", b"2", expected=b"1") is True
-        assert await backend.kv_get("ns", "c") == b"2"
-
-        async def increment() -> None:
-            while True:
-                current = await backend.kv_get("ns", "n")
-                bumped = str(int(current or b"0") + 1).encode()
-                if await backend.kv_replace("ns", "n", bumped, expected=current):
-                    return
-                await anyio.lowlevel.checkpoint()
-
-        async with anyio.create_task_group() as group:
-            for _ in range(20):
-                group.start_soon(increment)
-        assert await backend.kv_get("ns", "n") == b"20"
-
-    async def test_kv_ttl(self, backend: Backend) -> None:
-        _require(backend, "ttl")
-        await backend.kv_set("ns", "short", b"x", ttl_s=0.2)
-        await backend.kv_set("ns", "long", b"y", ttl_s=60)
-        assert await backend.kv_get("ns", "short") == b"x"
-        await anyio.sleep(0.4)
-        assert await backend.kv_get("ns", "short") is None
-        assert await backend.kv_get("ns", "long") == b"y"
-
-
-class BackendConformance(KeyValueConformance):
+class BackendConformance(WriteConformance, ScanConformance, KeyValueConformance):
     """Subclass and provide an async ``backend`` fixture yielding an open, empty backend."""
 
     approximate_search: bool = False
@@ -139,7 +53,7 @@ class BackendConformance(KeyValueConformance):
         await backend.ensure_collection(COLLECTION, DIM)
         original = make_record("r", text="first", seed=1)
         await backend.upsert(COLLECTION, [original])
-        newer = Record(**{**_fields(original), "body": b"second", "text": "second"})
+        newer = Record(**{**fields_of(original), "body": b"second", "text": "second"})
         assert await backend.replace(COLLECTION, newer, expected_body=b"stale") is False
         assert (await backend.get(COLLECTION, ["r"]))[0].body == original.body
         assert await backend.replace(COLLECTION, newer, expected_body=original.body) is True
@@ -150,12 +64,13 @@ class BackendConformance(KeyValueConformance):
 
     async def test_concurrent_read_modify_replace_loses_nothing(self, backend: Backend) -> None:
         await backend.ensure_collection(COLLECTION, DIM)
-        await backend.upsert(COLLECTION, [Record(**{**_fields(make_record("n", seed=1)), "body": b"0"})])
+        await backend.upsert(COLLECTION, [Record(**{**fields_of(make_record("n", seed=1)), "body": b"0"})])
 
         async def increment() -> None:
             while True:
                 [current] = await backend.get(COLLECTION, ["n"])
-                bumped = Record(**{**_fields(current), "body": str(int(current.body) + 1).encode()})
+                count = int(current.body.split(b":")[0]) + 1  # with a nonce: see the key-value twin of this test
+                bumped = Record(**{**fields_of(current), "body": f"{count}:{uuid.uuid4().hex}".encode()})
                 if await backend.replace(COLLECTION, bumped, expected_body=current.body):
                     return
                 await anyio.lowlevel.checkpoint()
@@ -163,7 +78,7 @@ class BackendConformance(KeyValueConformance):
         async with anyio.create_task_group() as group:
             for _ in range(20):
                 group.start_soon(increment)
-        assert (await backend.get(COLLECTION, ["n"]))[0].body == b"20"
+        assert (await backend.get(COLLECTION, ["n"]))[0].body.split(b":")[0] == b"20"
 
     async def test_get_missing_and_delete(self, backend: Backend) -> None:
         await backend.ensure_collection(COLLECTION, DIM)
@@ -242,7 +157,7 @@ class BackendConformance(KeyValueConformance):
 
     # -- vector search --------------------------------------------------------------------------
     async def test_vector_search_ranks_by_similarity(self, backend: Backend) -> None:
-        _require(backend, "vector_search")
+        require(backend, "vector_search")
         await backend.ensure_collection(COLLECTION, DIM)
         await backend.upsert(COLLECTION, [make_record(f"v{i}", seed=i) for i in range(20)])
         hits = await backend.query(
@@ -253,7 +168,7 @@ class BackendConformance(KeyValueConformance):
         assert [h.scores.final for h in hits] == sorted((h.scores.final for h in hits), reverse=True)
 
     async def test_query_dimension_mismatch(self, backend: Backend) -> None:
-        _require(backend, "vector_search")
+        require(backend, "vector_search")
         await backend.ensure_collection(COLLECTION, DIM)
         await backend.upsert(COLLECTION, [make_record("v", seed=1)])
         with pytest.raises(DimensionMismatchError):
@@ -263,10 +178,10 @@ class BackendConformance(KeyValueConformance):
         await backend.ensure_collection(COLLECTION, DIM)
         now = time.time()
         old = make_record("old", seed=1, importance=0.5)
-        old = Record(**{**_fields(old), "timestamp": now - 60 * 86400})
+        old = Record(**{**fields_of(old), "timestamp": now - 60 * 86400})
         new = make_record("new", seed=1, importance=0.5)
         important = make_record("imp", seed=1, importance=1.0)
-        important = Record(**{**_fields(important), "timestamp": now - 60 * 86400})
+        important = Record(**{**fields_of(important), "timestamp": now - 60 * 86400})
         await backend.upsert(COLLECTION, [old, new, important])
         recency_only = Weights(similarity=0.0, lexical=0.0, recency=1.0, importance=0.0)
         hits = await backend.query(COLLECTION, query(Scope(user_id="alice"), vector=unit(1), k=3, weights=recency_only))
@@ -276,7 +191,7 @@ class BackendConformance(KeyValueConformance):
 
     # -- text search ----------------------------------------------------------------------------
     async def test_text_search(self, backend: Backend) -> None:
-        _require(backend, "text_search")
+        require(backend, "text_search")
         await backend.ensure_collection(COLLECTION, DIM)
         await backend.upsert(
             COLLECTION,
@@ -297,7 +212,7 @@ class BackendConformance(KeyValueConformance):
     async def test_text_scores_do_not_depend_on_other_users(self, backend: Backend) -> None:
         """A user's text ranking is the same alone and among other users' records of the same lengths (a
         server that scored the scope clause as a search term would favour the user's short records)."""
-        _require(backend, "text_search")
+        require(backend, "text_search")
         lengths = [n + 1 + i % 3 for i, n in enumerate([2, 3, 5, 8, 12, 16, 20, 24])]
         # Half the user's records lack the query's word, so its document frequency differs from the scope's size.
         mine = [make_record(f"a{i}", text=" ".join(["apple"] * (1 + i % 3) + ["pear"] * (n - 1 - i % 3)))
@@ -320,7 +235,7 @@ class BackendConformance(KeyValueConformance):
     async def test_filters_do_not_rescale_text_scores(self, backend: Backend) -> None:
         """Text scores are scaled by the best match in the query's scope, whatever its filters: a filtered
         query's scores then compare with an unfiltered one's (the neighbour boost adds them up)."""
-        _require(backend, "text_search")
+        require(backend, "text_search")
         await backend.ensure_collection(COLLECTION, DIM)
         texts = ["apple apple apple", "apple pear", "apple pear plum fig", "pear plum", "apple kiwi", "kiwi"]
         records = [make_record(f"r{i}", text=text, seed=i, fields={"group": "best" if i == 0 else "rest"},
@@ -339,7 +254,7 @@ class BackendConformance(KeyValueConformance):
                 assert abs(hit.scores.final - want.final) < 1e-5
 
     async def test_text_search_is_not_query_syntax(self, backend: Backend) -> None:
-        _require(backend, "text_search")
+        require(backend, "text_search")
         await backend.ensure_collection(COLLECTION, DIM)
         await backend.upsert(COLLECTION, [make_record("x", text="plain words here", seed=1)])
         for nasty in ['" OR 1=1 --', "NEAR(a b)", "*", "@user_id:{bob}", "a AND NOT b", "'); DROP TABLE x; --", "\\"]:
@@ -403,7 +318,7 @@ class BackendConformance(KeyValueConformance):
     async def test_hybrid_top_k_on_a_large_scope_matches_scoring_it_whole(self, backend: Backend) -> None:
         """Servers rerank candidate lists; with a scope far larger than the first lists, the top k must
         still be the one found by scoring every row in scope (a k larger than the scope forces that)."""
-        _require(backend, "vector_search")
+        require(backend, "vector_search")
         await backend.ensure_collection(COLLECTION, DIM)
         rng = np.random.default_rng(5)
         words = [f"w{i}" for i in range(40)]
@@ -432,7 +347,3 @@ class BackendConformance(KeyValueConformance):
             assert min(shares) >= 0.8 and sum(shares) / len(shares) >= 0.95, shares
         else:
             assert min(shares) == 1.0, shares
-
-
-def _fields(record: Record) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in record.__struct_fields__}

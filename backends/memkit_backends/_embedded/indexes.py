@@ -1,0 +1,117 @@
+"""The small indexes of a columnar collection, and the checks a record passes before it is stored.
+
+Scope ids are interned to integers (the kernels mask by scope without touching strings) with a
+reference count each, so an id no live row uses any more is released. Field values become keys of an
+inverted index: one key per scalar, one per tag of a tuple.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Literal, TypeAlias
+
+from memkit.backend import FieldValue, FilterValue, Record
+from memkit.errors import ValidationError
+
+__all__ = ["FieldKey", "ScopeInterner", "check_record", "field_keys", "filter_keys", "replace_verdict"]
+
+FieldKey: TypeAlias = tuple[str, FieldValue, bool]
+"""(field name, value, value is a bool): ``True == 1`` in Python, but a filter ``{"n": 1}`` must not match
+``{"n": True}`` (JSON tells them apart, and so do the server backends)."""
+
+
+def field_keys(name: str, value: FieldValue | tuple[str, ...]) -> Iterator[FieldKey]:
+    """The index keys of one field: its value, or each of its tags."""
+    if isinstance(value, tuple):
+        for tag in value:
+            yield (name, tag, False)
+    else:
+        yield (name, value, isinstance(value, bool))
+
+
+def filter_keys(name: str, wanted: FilterValue) -> list[FieldKey]:
+    """The keys any of which a record must have to pass one filter (a list or tuple means "any of")."""
+    values = wanted if isinstance(wanted, list | tuple) else (wanted,)
+    return [(name, value, isinstance(value, bool)) for value in values]
+
+
+def check_record(record: Record) -> None:
+    """Refuse what the store could not hold faithfully: NaN or infinite numbers (JSON has none, and NaN
+    breaks ordering and equality), field values of other types. The layer validates metadata too; this is
+    the same rule on every backend, as defence in depth."""
+    for name, number in (("importance", record.importance), ("timestamp", record.timestamp)):
+        if not isinstance(number, int | float) or not math.isfinite(number):
+            raise ValidationError(f"record {record.id!r}: {name} must be a finite number, got {number!r}")
+    if record.expires_at is not None and math.isnan(record.expires_at):
+        raise ValidationError(f"record {record.id!r}: expires_at is NaN")
+    for name, value in record.fields.items():
+        if not isinstance(name, str):
+            raise ValidationError(f"record {record.id!r}: field names must be strings, got {name!r}")
+        if isinstance(value, tuple):
+            if not all(isinstance(tag, str) for tag in value):
+                raise ValidationError(f"record {record.id!r}: field {name!r} is a tuple of non-strings: {value!r}")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise ValidationError(f"record {record.id!r}: field {name!r} is {value}; only finite numbers")
+        elif not isinstance(value, str | int):  # bool is an int
+            raise ValidationError(
+                f"record {record.id!r}: field {name!r} is a {type(value).__name__}; "
+                "use a string, number, bool or a tuple of strings (tags)"
+            )
+
+
+def replace_verdict(stored: bytes | None, new: bytes, expected: bytes | None) -> Literal["done", "write", "refuse"]:
+    """The contract's compare-and-set rule. ``stored``: the body held now (None: no record with that id).
+    "done": the stored body is already the new one (a retry whose first attempt succeeded)."""
+    if stored is not None and stored == new:
+        return "done"
+    if stored == expected:  # both None: create-if-absent on an absent id
+        return "write"
+    return "refuse"
+
+
+class ScopeInterner:
+    """Scope ids <-> small integers, reference counted; -1 stands for "no id"."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {}
+        self._values: list[str | None] = []
+        self._refs: list[int] = []
+        self._free: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+    def acquire(self, value: str | None) -> int:
+        if value is None:
+            return -1
+        code = self._codes.get(value)
+        if code is None:
+            if self._free:
+                code = self._free.pop()
+                self._values[code] = value
+            else:
+                code = len(self._refs)
+                self._values.append(value)
+                self._refs.append(0)
+            self._codes[value] = code
+        self._refs[code] += 1
+        return code
+
+    def release(self, code: int) -> None:
+        if code < 0:
+            return
+        self._refs[code] -= 1
+        if self._refs[code] == 0:
+            value = self._values[code]
+            if value is not None:
+                del self._codes[value]
+            self._values[code] = None
+            self._free.append(code)
+
+    def lookup(self, value: str | None) -> int | None:
+        """-1 for "any", None when no live row has the value (nothing can match)."""
+        if value is None:
+            return -1
+        return self._codes.get(value)

@@ -1,0 +1,166 @@
+"""The in-process mirror of the file: one columnar collection per collection read, kept in step.
+
+Another process may write the same file, so before every operation the cache compares SQLite's
+``PRAGMA data_version`` with the last one it saw and, if it moved, applies only the rows whose change
+number (``seq``) is newer, and the deletions logged since. The deletion log is pruned (it grew by one
+row per forget, forever); ``deletions_floor`` is the newest change number pruned, and a cache that last
+looked before it reloads its collections instead of applying a log with holes.
+
+A row that cannot be decoded (corrupt, or NaN written by an older version) is skipped with a warning on
+the "memkit" logger and remembered in ``undecodable``, so ``delete`` can still remove it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from typing import Any, Final
+
+from memkit.backend import Record
+from memkit.errors import CorruptDataError
+from memkit.scoring import StorageDtype
+from memkit_backends._embedded.columnar import ColumnarCollection
+from memkit_backends.sqlite._codec import RECORD_COLUMNS, record_from_row
+
+__all__ = ["DELETIONS_KEPT", "RecordCache", "log_deletions", "prune_deletions"]
+
+logger = logging.getLogger("memkit")
+
+DELETIONS_KEPT: Final = 10_000
+"""Deletions kept in the log: a reader idle across more forgets than this reloads what it had cached."""
+_LOAD_BATCH = 5_000
+_SEQ_COLUMN = 13
+_COLLECTION_COLUMN, _ID_COLUMN = 1, 2
+
+
+def _meta(conn: sqlite3.Connection, key: str) -> int:
+    return int(conn.execute("SELECT value FROM memkit_meta WHERE key = ?", (key,)).fetchone()[0])
+
+
+def log_deletions(conn: sqlite3.Connection, collection: str, ids: list[str], first_seq: int) -> None:
+    conn.executemany(
+        "INSERT INTO memkit_deletions (seq, collection, id) VALUES (?, ?, ?)",
+        [(first_seq + i, collection, record_id) for i, record_id in enumerate(ids)],
+    )
+
+
+def prune_deletions(conn: sqlite3.Connection, keep: int) -> int:
+    """Keep the newest ``keep`` deletions; raise ``deletions_floor`` to the newest pruned. Inside the
+    caller's write transaction. Returns how many were pruned."""
+    row = conn.execute("SELECT seq FROM memkit_deletions ORDER BY seq DESC LIMIT 1 OFFSET ?", (keep,)).fetchone()
+    if row is None:
+        return 0
+    pruned = conn.execute("DELETE FROM memkit_deletions WHERE seq <= ?", (row[0],)).rowcount
+    conn.execute("UPDATE memkit_meta SET value = max(value, ?) WHERE key = 'deletions_floor'", (row[0],))
+    return int(pruned)
+
+
+class RecordCache:
+    def __init__(self, dtype: StorageDtype, label: str) -> None:
+        self._dtype: StorageDtype = dtype
+        self._label = label
+        self.collections: dict[str, ColumnarCollection] = {}
+        self.undecodable: dict[str, set[str]] = {}
+        """Per loaded collection, ids of rows that could not be decoded (skipped, still deletable)."""
+        self.data_version = -1
+        self.last_seq = 0
+        """The change number this cache reflects: every change up to it is applied."""
+
+    def clear(self) -> None:
+        self.collections.clear()
+        self.undecodable.clear()
+        self.data_version = -1
+
+    # -- catching up --------------------------------------------------------------------------------
+    def sync(self, conn: sqlite3.Connection) -> None:
+        """Apply what other connections committed since we last looked."""
+        if conn.in_transaction:  # our write lock: nothing else can commit meanwhile
+            self._catch_up(conn, conn.execute("PRAGMA data_version").fetchone()[0])
+            return
+        # Read before the snapshot starts: a commit landing in between shows as a change next time
+        # (applied twice, harmlessly) instead of being counted as seen without being loaded.
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if version == self.data_version:
+            return
+        conn.execute("BEGIN")
+        try:
+            self._catch_up(conn, version)
+        finally:
+            conn.execute("COMMIT")
+
+    def _catch_up(self, conn: sqlite3.Connection, version: int) -> None:
+        if version == self.data_version:
+            return
+        seq = _meta(conn, "change_seq")
+        if self.collections and self.last_seq < _meta(conn, "deletions_floor"):
+            logger.info("%s: the deletion log was pruned past this cache; reloading its collections", self._label)
+            self.collections.clear()
+            self.undecodable.clear()
+        elif self.collections and seq > self.last_seq:
+            self._apply_changes(conn)
+        self.last_seq, self.data_version = seq, version
+
+    def _apply_changes(self, conn: sqlite3.Connection) -> None:
+        changes: list[tuple[int, str, str, tuple[Any, ...] | None]] = [
+            (row[_SEQ_COLUMN], row[_COLLECTION_COLUMN], row[_ID_COLUMN], row)
+            for row in conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE seq > ?", (self.last_seq,))
+            if row[_COLLECTION_COLUMN] in self.collections
+        ]
+        deletions = conn.execute("SELECT seq, collection, id FROM memkit_deletions WHERE seq > ?", (self.last_seq,))
+        changes.extend((seq, name, record_id, None) for seq, name, record_id in deletions if name in self.collections)
+        changes.sort(key=lambda change: change[0])
+        for _, name, record_id, row in changes:
+            collection, bad = self.collections[name], self.undecodable.setdefault(name, set())
+            record = None if row is None else self._decode(row, collection.dim)
+            if record is None:
+                collection.delete([record_id])
+                if row is None:
+                    bad.discard(record_id)
+                else:
+                    bad.add(record_id)
+            else:
+                collection.upsert([record], keep_counters=False)
+                bad.discard(record_id)
+
+    # -- loading ------------------------------------------------------------------------------------
+    def collection(self, conn: sqlite3.Connection, name: str) -> ColumnarCollection:
+        """The cached collection, caught up; loaded from the file on first use."""
+        self.sync(conn)
+        found = self.collections.get(name)
+        if found is None:
+            found = self.collections[name] = self._load(conn, name)
+        return found
+
+    def _load(self, conn: sqlite3.Connection, name: str) -> ColumnarCollection:
+        dim_row = conn.execute("SELECT dim FROM memkit_collections WHERE name = ?", (name,)).fetchone()
+        dim = dim_row[0] if dim_row and isinstance(dim_row[0], int) else None
+        found = ColumnarCollection(dim, self._dtype, index_text=False)
+        bad = self.undecodable[name] = set()
+        cursor = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE collection = ?", (name,))
+        while batch := cursor.fetchmany(_LOAD_BATCH):
+            records: list[Record] = []
+            for row in batch:
+                record = self._decode(row, dim)
+                if record is None:
+                    bad.add(row[_ID_COLUMN])
+                    continue
+                if dim is None and record.vector is not None:
+                    dim = int(record.vector.shape[0])
+                records.append(record)
+            found.upsert(records, keep_counters=False)
+        return found
+
+    def _decode(self, row: tuple[Any, ...], dim: int | None) -> Record | None:
+        """The row's record, or None (logged) when it cannot be used."""
+        try:
+            record = record_from_row(row)
+            if record.vector is not None and dim is not None and record.vector.shape[0] != dim:
+                raise CorruptDataError(
+                    f"record {record.id!r} has a {record.vector.shape[0]}-dimensional vector; "
+                    f"collection {row[_COLLECTION_COLUMN]!r} holds {dim}"
+                )
+        except CorruptDataError as exc:
+            logger.warning("%s: skipping a record that cannot be read (delete it by id to clear it): %s",
+                           self._label, exc)  # fmt: skip
+            return None
+        return record

@@ -1,0 +1,69 @@
+"""Opening the SQLite file, and saying why when it cannot be written.
+
+SQLite reports every failure to create or write the file (and its ``-wal`` / ``-shm`` companions) as
+"unable to open database file" or "attempt to write a readonly database"; the cause is found here.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+
+from memkit.errors import BackendError, BackendRefusedError, BackendTimeoutError, BackendUnavailableError
+
+__all__ = ["connect", "driver_error", "unwritable_reason"]
+
+
+def unwritable_reason(path: str) -> tuple[type[BackendError], str] | None:
+    """Why this process cannot create or write ``path`` (with its -wal and -shm files), if it cannot."""
+    target = os.path.abspath(path)
+    directory = os.path.dirname(target)
+    if not os.path.isdir(directory):
+        return BackendUnavailableError, f"directory {directory} does not exist"
+    if os.statvfs(directory).f_flag & os.ST_RDONLY:
+        return BackendRefusedError, f"{directory} is on a read-only file system"
+    if os.path.isdir(target):
+        return BackendRefusedError, f"{target} is a directory"
+    if os.path.exists(target) and not os.access(target, os.R_OK | os.W_OK):
+        return BackendRefusedError, f"permission denied: {target} is not readable and writable by uid {os.getuid()}"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return BackendRefusedError, (
+            f"permission denied: uid {os.getuid()} cannot create files in {directory} "
+            "(SQLite needs to, for the -wal and -shm files beside the database)"
+        )
+    return None
+
+
+def driver_error(path: str, timeout_s: float, exc: sqlite3.Error) -> BackendError:
+    """The memkit error for a driver error (the caller chains it)."""
+    message = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in message or "busy" in message):
+        return BackendTimeoutError(
+            f"{path} stayed locked by another connection for {timeout_s:g} s (raise ?timeout=): {exc}"
+        )
+    if "unable to open" in message or "readonly" in message or "read-only" in message:
+        found = unwritable_reason(path)
+        if found is not None:
+            kind, reason = found
+            return kind(f"cannot write SQLite file {path}: {reason} ({exc})")
+        return BackendRefusedError(f"cannot write SQLite file {path}: {exc}")
+    if "not a database" in message:
+        return BackendRefusedError(f"{path} is not a SQLite database: {exc}")
+    return BackendError(f"SQLite error on {path}: {exc}")
+
+
+def connect(path: str, timeout_s: float, synchronous: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL journal, given synchronous level."""
+    found = unwritable_reason(path)
+    if found is not None and found[0] is BackendUnavailableError:  # SQLite would say only "unable to open"
+        raise found[0](f"cannot open SQLite file {path}: {found[1]}")
+    conn = None
+    try:
+        conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+    except sqlite3.Error as exc:
+        if conn is not None:
+            conn.close()
+        raise driver_error(path, timeout_s, exc) from exc
+    return conn

@@ -1,0 +1,184 @@
+"""Writing memories through the public API: store_many in batches, store() one at a time, and what recall costs.
+
+    python -m benchmarks.ingest --json out/ingest.json [--sizes 10k,100k] [--backends memory,sqlite,redis,postgres]
+
+For each backend and size n, in one run:
+
+- ``store_many``: n pre-embedded memories of 100 users (8 words each from a Zipf-distributed vocabulary),
+  stored with ``long_term.store_many`` in batches of 1,000 (dedupe on, as users run it); the last 1,000
+  are timed.
+- ``store``: the same collection, 1,000 more memories stored one at a time with ``long_term.store``.
+- ``rss_peak_mb``: the process's peak resident memory after that size (it only grows; read per row).
+
+Vectors come from an ``Embedder`` that looks them up (``LookupEmbedder``), so the model is not measured.
+Also, on memory:// at the largest size, the recall p50 through ``long_term.recall`` next to the scoring
+kernel's own time on the same rows (``memkit.scoring.top_k``), so the API's overhead shows as a ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+from tqdm import tqdm
+
+from ._report import print_table, write_json
+
+DIM = 384
+USERS = 100
+BATCH = 1_000
+TIMED = 1_000
+
+
+class LookupEmbedder:
+    """Test double of a model: returns the vector precomputed for each text (the benchmark's own)."""
+
+    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
+        self._vectors = vectors
+        self._rng = np.random.default_rng(3)
+
+    @property
+    def dim(self) -> int:
+        return DIM
+
+    @property
+    def model_id(self) -> str:
+        return "lookup-384"
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        rows = [self._vectors.get(t) for t in texts]
+        return np.stack([r if r is not None else self._random() for r in rows])
+
+    def _random(self) -> np.ndarray:
+        v = self._rng.standard_normal(DIM).astype(np.float32)
+        return v / np.linalg.norm(v)
+
+
+def corpus(n: int, seed: int = 0) -> tuple[list[tuple[str, str]], dict[str, np.ndarray]]:
+    """(user, text) pairs with distinct texts, and a vector per text (clustered, as real notes are)."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    vocab = np.array(["".join(rng.choice(letters, int(rng.integers(4, 9)))) for _ in range(5_000)])
+    odds = 1.0 / np.arange(1, len(vocab) + 1)
+    words = vocab[rng.choice(len(vocab), size=(n, 8), p=odds / odds.sum())]
+    centres = rng.standard_normal((200, DIM)).astype(np.float32)
+    vectors = centres[rng.integers(0, 200, n)] + 0.8 * rng.standard_normal((n, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    items = [(f"user{i % USERS}", f"note {i}: " + " ".join(words[i])) for i in range(n)]
+    return items, {text: vectors[i] for i, (_, text) in enumerate(items)}
+
+
+def rss_peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def bench_size(url: str, n: int, progress: tqdm) -> tuple[list[dict[str, Any]], Any]:  # type: ignore[type-arg]
+    from memkit import Memkit, NewMemory
+
+    items, vectors = corpus(n + TIMED)
+    extra = items[n:]
+    async with Memkit(url, embedder=LookupEmbedder(vectors)) as mem:
+        lt = mem.long_term
+        batches = [items[s : s + BATCH] for s in range(0, n, BATCH)]
+        started = time.perf_counter()
+        for at, batch in enumerate(batches):
+            if at == len(batches) - 1:
+                started = time.perf_counter()
+            await lt.store_many([NewMemory(content=text, user_id=user) for user, text in batch])
+            progress.update(len(batch))
+        many_rate = len(batches[-1]) / (time.perf_counter() - started)
+        started = time.perf_counter()
+        for user, text in extra:
+            await lt.store(text, user_id=user)
+        one_rate = len(extra) / (time.perf_counter() - started)
+        progress.update(len(extra))
+        overhead = await recall_overhead(mem, items, vectors) if url.startswith("memory://") else None
+    rows = [{"api": api, "per_s": rate, "rss_peak_mb": rss_peak_mb()}
+            for api, rate in (("store_many", many_rate), ("store", one_rate))]  # fmt: skip
+    return rows, overhead
+
+
+async def recall_overhead(mem: Any, items: list[tuple[str, str]], vectors: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Public-API recall p50 against the kernel alone, over the same rows with the same query."""
+    from memkit.backend import Query, Scope
+    from memkit.scoring import ScoreParams, top_k
+
+    lt = mem.long_term
+    rng = np.random.default_rng(11)
+    collection = mem.backend._store.collection(lt.config.collection)  # memory://'s columnar arrays
+    api, kernel = [], []
+    for _ in range(200):
+        user, text = items[int(rng.integers(0, len(items)))]
+        started = time.perf_counter()
+        await lt.recall(text, user_id=user, k=10)
+        api.append(time.perf_counter() - started)
+        query = Query(scope=Scope(user_id=user), vector=vectors[text], k=10, now=time.time())
+        want = collection._scope_want(query.scope)
+        w = query.weights
+        params = ScoreParams(query.now, query.half_life_s, 0.0, w.similarity, w.lexical, w.recency, w.importance,
+                             query.min_score)  # fmt: skip
+        started = time.perf_counter()
+        top_k(collection.columns(), params, 10, scope_want=want, query=query.vector)
+        kernel.append(time.perf_counter() - started)
+    api_ms, kernel_ms = float(np.median(api)) * 1000, float(np.median(kernel)) * 1000
+    return {"backend": "memory", "n": len(collection), "recall_api_p50_ms": api_ms,
+            "kernel_p50_ms": kernel_ms, "api_over_kernel": api_ms / kernel_ms}  # fmt: skip
+
+
+def backend_urls(wanted: list[str], stack: ExitStack, tmp: Path) -> dict[str, str]:
+    urls = {"memory": "memory://", "sqlite": f"sqlite:///{tmp / 'ingest.db'}"}
+    if {"redis", "postgres"} & set(wanted):
+        from memkit.testing.servers import postgres_server, redis_server
+
+        if "redis" in wanted:
+            urls["redis"] = stack.enter_context(redis_server(tmp / "redis", modules=True))
+        if "postgres" in wanted:
+            postgres = stack.enter_context(postgres_server(tmp / "pg"))
+            urls["postgres"] = postgres + ("&" if "?" in postgres else "?") + "schema=i_" + uuid.uuid4().hex[:8]
+    return urls
+
+
+def parse_sizes(text: str) -> list[int]:
+    return [int(float(s[:-1]) * 1000) if s.lower().endswith("k") else int(s) for s in text.split(",")]
+
+
+async def amain(args: argparse.Namespace) -> None:
+    sizes = parse_sizes(args.sizes)
+    wanted = args.backends.split(",")
+    rows: list[dict[str, Any]] = []
+    overheads: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        urls = backend_urls(wanted, stack, Path(tmp))
+        total = sum(n + TIMED for n in sizes) * len(wanted)
+        with tqdm(total=total, desc="ingest benchmark", unit="memory") as progress:
+            for name in wanted:
+                for n in sizes:
+                    url = urls[name] if name != "sqlite" else f"sqlite:///{Path(tmp) / f'ingest-{n}.db'}"
+                    found, overhead = await bench_size(url, n, progress)
+                    rows += [{"backend": name, "n": n, **row} for row in found]
+                    overheads += [overhead] if overhead and n == max(sizes) else []
+    print_table(rows, ["backend", "n", "api", "per_s", "rss_peak_mb"])
+    if overheads:
+        print_table(overheads, ["backend", "n", "recall_api_p50_ms", "kernel_p50_ms", "api_over_kernel"])
+    write_json(args.json_path, {"rows": rows, "recall_overhead": overheads})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
+    parser.add_argument("--sizes", default="10k,100k", help="comma-separated sizes, e.g. 10k,100k")
+    parser.add_argument("--backends", default="memory,sqlite,redis,postgres")
+    anyio.run(amain, parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""Compare-and-set loops shared by the layers: read, change, write back only if nothing moved meanwhile.
+
+Both loops retry when another writer (in this or any process) won the race, and raise
+``ConflictError`` when they keep losing. The contract makes a repeated compare-and-set idempotent (a
+retry whose first attempt succeeded reports success), so a new value must be unique to its writer
+when two writers could compute the same one from the same state (a counter): ``change`` adds a nonce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import anyio.lowlevel
+
+from memkit.backend import KeyValueStore, Record, RecordStore, Scope
+from memkit.errors import ConflictError
+
+__all__ = ["ATTEMPTS", "update_kv", "update_record"]
+
+T = TypeVar("T")
+ATTEMPTS = 20
+
+
+async def update_kv(
+    store: KeyValueStore,
+    namespace: str,
+    key: str,
+    change: Callable[[bytes | None], tuple[bytes, T]],
+    *,
+    ttl_s: float | None = None,
+    now: float | None = None,
+) -> T:
+    """Apply ``change(current value or None) -> (new value, result)`` atomically; returns ``result``."""
+    for _ in range(ATTEMPTS):
+        current = await store.kv_get(namespace, key, now=now)
+        value, result = change(current)
+        if await store.kv_replace(namespace, key, value, expected=current, ttl_s=ttl_s, now=now):
+            return result
+        await anyio.lowlevel.checkpoint()
+    raise ConflictError(f"key {key!r} in {namespace!r} kept changing under concurrent writers; nothing was changed")
+
+
+async def update_record(
+    store: RecordStore,
+    collection: str,
+    record_id: str,
+    scope: Scope,
+    change: Callable[[Record], Awaitable[tuple[Record, T]]],
+) -> T | None:
+    """Apply ``change(stored record) -> (new record, result)`` with compare-and-replace; None when the record
+    does not exist (in ``scope``)."""
+    for _ in range(ATTEMPTS):
+        found = await store.get(collection, [record_id], scope)
+        if not found:
+            return None
+        record, result = await change(found[0])
+        if await store.replace(collection, record, expected_body=found[0].body):
+            return result
+        await anyio.lowlevel.checkpoint()
+    raise ConflictError(f"record {record_id!r} kept changing under concurrent writers; nothing was changed")

@@ -1,0 +1,115 @@
+"""Conformance of the writes the layers build on: create-if-absent, idempotent compare-and-set, tag fields,
+access counters beside the records."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import numpy as np
+import pytest
+
+from memkit.backend import Backend, Record, Scope
+from memkit.testing._helpers import COLLECTION, DIM, fields_of, make_record, query, require, unit
+
+__all__ = ["WriteConformance"]
+
+
+def _with(record: Record, **changes: object) -> Record:
+    return Record(**{**fields_of(record), **changes})
+
+
+class WriteConformance:
+    """Mixed into ``BackendConformance``."""
+
+    async def test_replace_creates_only_if_absent(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        first = make_record("node", text="first writer", seed=1)
+        assert await backend.replace(COLLECTION, first, expected_body=None) is True
+        assert await backend.replace(COLLECTION, first, expected_body=None) is True  # a retry of the same call
+        second = _with(first, body=b"second writer", text="second writer")
+        assert await backend.replace(COLLECTION, second, expected_body=None) is False
+        [stored] = await backend.get(COLLECTION, ["node"])
+        assert stored.body == first.body and stored.text == "first writer"
+        hits = await backend.query(COLLECTION, query(Scope(user_id="alice"), vector=unit(1), text="writer", k=5))
+        assert [h.record.id for h in hits] == ["node"]
+
+    async def test_concurrent_creators_one_wins(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        wins: list[int] = []
+
+        async def create(worker: int) -> None:
+            record = _with(make_record("shared", seed=1), body=f"worker {worker}".encode())
+            if await backend.replace(COLLECTION, record, expected_body=None):
+                wins.append(worker)
+
+        async with anyio.create_task_group() as group:
+            for worker in range(8):
+                group.start_soon(create, worker)
+        [stored] = await backend.get(COLLECTION, ["shared"])
+        assert len(wins) == 1 and stored.body == f"worker {wins[0]}".encode()
+
+    async def test_a_retried_replace_reports_its_success(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        original = make_record("r", seed=1)
+        await backend.upsert(COLLECTION, [original])
+        newer = _with(original, body=b"v2")
+        assert await backend.replace(COLLECTION, newer, expected_body=original.body) is True
+        assert await backend.replace(COLLECTION, newer, expected_body=original.body) is True
+        other = _with(original, body=b"v3")
+        assert await backend.replace(COLLECTION, other, expected_body=original.body) is False
+        assert (await backend.get(COLLECTION, ["r"]))[0].body == b"v2"
+
+    async def test_tag_fields_match_any_of(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(COLLECTION, [
+            make_record("t1", seed=1, fields={"tags": ("urgent", "billing"), "kind": "episode"}),
+            make_record("t2", seed=2, fields={"tags": ("billing",), "kind": "episode"}),
+            make_record("t3", seed=3, fields={"tags": (), "kind": "episode"}),
+            make_record("t4", seed=4, fields={"tags": "urgent", "kind": "note"}),
+        ])  # fmt: skip
+        [got] = await backend.get(COLLECTION, ["t1"])
+        assert got.fields["tags"] == ("urgent", "billing") and got.fields["kind"] == "episode"
+        alice = Scope(user_id="alice")
+
+        async def ids(filters: dict[str, object]) -> tuple[list[str], list[str], int]:
+            hits = await backend.query(COLLECTION, query(alice, vector=unit(1), k=10, filters=filters))
+            page = await backend.scan(COLLECTION, alice, filters=filters)  # type: ignore[arg-type]
+            count = await backend.count(COLLECTION, alice, filters=filters)  # type: ignore[arg-type]
+            return sorted(h.record.id for h in hits), sorted(r.id for r in page.records), count
+
+        assert await ids({"tags": "urgent"}) == (["t1", "t4"], ["t1", "t4"], 2)
+        assert await ids({"tags": ["nothing", "billing"]}) == (["t1", "t2"], ["t1", "t2"], 2)
+        assert await ids({"tags": "billing", "kind": "episode"}) == (["t1", "t2"], ["t1", "t2"], 2)
+        assert await ids({"tags": "urgent billing"}) == ([], [], 0)
+
+    async def test_access_counters_live_beside_the_record(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        record = make_record("m", text="counted words", seed=1)
+        await backend.upsert(COLLECTION, [record, make_record("n", seed=2)])
+        at = time.time()
+        await backend.touch(COLLECTION, {"m": 2, "ghost": 5}, at)
+        await backend.touch(COLLECTION, {"m": 1}, at - 100)  # an older touch counts but keeps the latest time
+        [got] = await backend.get(COLLECTION, ["m"])
+        assert got.access_count == 3 and got.last_accessed == pytest.approx(at)
+        assert got.body == record.body and got.text == record.text
+        assert got.vector is None or np.allclose(got.vector, record.vector, atol=1e-3)
+        assert await backend.get(COLLECTION, ["ghost"]) == []
+        # Writes of the record keep its counters; a delete takes them along.
+        await backend.upsert(COLLECTION, [_with(record, body=b"rewritten")])
+        assert (await backend.replace(COLLECTION, _with(record, body=b"again"), expected_body=b"rewritten")) is True
+        hit = (await backend.query(COLLECTION, query(Scope(user_id="alice"), vector=unit(1), k=1)))[0]
+        assert hit.record.id == "m" and hit.record.access_count == 3
+        assert [r.access_count for r in (await backend.scan(COLLECTION, Scope(user_id="alice"))).records] == [3, 0]
+        await backend.delete(COLLECTION, ["m"])
+        await backend.upsert(COLLECTION, [record])
+        assert (await backend.get(COLLECTION, ["m"]))[0].access_count == 0
+
+    async def test_concurrent_touches_add_up(self, backend: Backend) -> None:
+        require(backend, "atomic_replace")
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(COLLECTION, [make_record("hot", seed=1)])
+        async with anyio.create_task_group() as group:
+            for _ in range(20):
+                group.start_soon(backend.touch, COLLECTION, {"hot": 1}, time.time())
+        assert (await backend.get(COLLECTION, ["hot"]))[0].access_count == 20

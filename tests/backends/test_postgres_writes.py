@@ -1,0 +1,63 @@
+"""postgresql://: expiry at its instant, and touches that re-index nothing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import numpy as np
+import pytest
+from memkit_backends.postgres import PostgresBackend
+
+from memkit.backend import Record, Scope, StorageURL
+from tests.conftest import fresh_postgres_url
+
+pytestmark = pytest.mark.anyio
+
+COLLECTION = "writes"
+
+
+@pytest.fixture
+async def backend(postgres_url: str) -> AsyncIterator[PostgresBackend]:
+    backend = PostgresBackend(StorageURL(fresh_postgres_url(postgres_url, pool_max="1", pool_min="1")))
+    async with backend:
+        await backend.ensure_collection(COLLECTION, 8)
+        yield backend
+
+
+async def test_a_key_expires_at_its_expiry(backend: PostgresBackend) -> None:
+    """Live while expires_at > now of the reader: at the instant itself the key is gone."""
+    now = 1_000_000.0
+    await backend.kv_set("ns", "k", b"v", ttl_s=5, now=now)
+    assert await backend.kv_get("ns", "k", now=now + 4.999) == b"v"
+    assert await backend.kv_get("ns", "k", now=now + 5) is None
+    assert [k for k, _ in (await backend.kv_scan("ns", now=now + 5)).items] == []
+    assert await backend.kv_replace("ns", "k", b"w", expected=b"v", now=now + 5) is False
+    assert await backend.kv_replace("ns", "k", b"w", expected=None, now=now + 5) is True
+
+
+async def test_a_touch_after_a_bulk_load_is_a_hot_update(postgres_url: str) -> None:
+    """Counters are in no index and, where an HNSW graph is kept, pages keep room for a new row version (the
+    fillfactor): a touch gives no index a new entry, the graph included. (The room is for one ~2 KB row at dim
+    384: of several rows of one page touched in one statement, one is HOT; dead versions are pruned after.)"""
+    rng = np.random.default_rng(0)
+    url = fresh_postgres_url(postgres_url, pool_max="1", pool_min="1", index="hnsw")
+    async with PostgresBackend(StorageURL(url)) as backend:
+        await backend.ensure_collection(COLLECTION, 384)
+        vectors = rng.standard_normal((300, 384)).astype(np.float32)
+        records = [Record(id=f"r{i:03d}", scope=Scope(user_id="alice"), body=b"x" * 64, text=f"note number {i}",
+                          vector=v / np.linalg.norm(v), importance=0.5, timestamp=time.time(),
+                          fields={"kind": "fact"})
+                   for i, v in enumerate(vectors)]  # fmt: skip
+        await backend.upsert(COLLECTION, records)  # COPY: pages filled up to the fillfactor
+        touched = {r.id: 1 for r in records[::7]}  # hits of recalls: rarely two of one page at once
+        for _ in range(3):
+            await backend.touch(COLLECTION, touched, time.time())
+        async with backend.pool.acquire() as conn:
+            await conn.execute("SELECT pg_stat_force_next_flush()")
+            row = await conn.fetchrow(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relid = $1::regclass",
+                backend._records(COLLECTION),
+            )
+        assert row["n_tup_upd"] == 3 * len(touched) and row["n_tup_hot_upd"] == row["n_tup_upd"], dict(row)
+        assert [r.access_count for r in await backend.get(COLLECTION, ["r000", "r001"])] == [3, 0]

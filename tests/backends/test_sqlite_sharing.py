@@ -1,0 +1,89 @@
+"""Two clients of one SQLite file: the pruned deletion log, touches seen across caches."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from memkit import open_backend
+from memkit.backend import Scope
+from memkit.testing import make_record
+
+pytestmark = pytest.mark.anyio
+ALICE = Scope(user_id="alice")
+
+
+def deletions(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT count(*) FROM memkit_deletions").fetchone()[0])
+
+
+async def test_the_deletion_log_is_pruned_and_a_reader_left_behind_reloads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "churn.db"
+    url = f"sqlite:///{path}"
+    async with open_backend(url) as writer, open_backend(url) as reader:
+        writer.deletions_kept, writer.prune_every = 50, 10  # type: ignore[attr-defined]
+        await writer.upsert("c", [make_record("early"), make_record("kept")])
+        assert await reader.count("c", ALICE) == 2  # the reader caches the collection
+        # A short churn: the reader catches up from the log.
+        for i in range(5):
+            await writer.upsert("c", [make_record(f"n{i}")])
+            assert await writer.delete("c", [f"n{i}"]) == 1
+        await writer.delete("c", ["early"])
+        with caplog.at_level(logging.INFO, logger="memkit"):
+            assert [r.id for r in (await reader.scan("c", ALICE)).records] == ["kept"]
+        assert not any("reloading" in r.getMessage() for r in caplog.records)
+        # A long churn (store, then forget, as the layers do): the log stays bounded.
+        await writer.upsert("c", [make_record("late")])
+        assert await reader.count("c", ALICE) == 2
+        await writer.delete("c", ["late"])  # the reader has it cached; this entry of the log is pruned below
+        for i in range(300):
+            await writer.upsert("c", [make_record(f"m{i}")])
+            await writer.delete("c", [f"m{i}"])
+        assert deletions(path) <= 60
+        with caplog.at_level(logging.INFO, logger="memkit"):
+            assert [r.id for r in (await reader.scan("c", ALICE)).records] == ["kept"]
+            assert await reader.get("c", ["late", "m5"]) == []
+        assert any("reloading" in r.getMessage() for r in caplog.records)
+    async with open_backend(url) as fresh:
+        assert await fresh.count("c", ALICE) == 1
+
+
+async def test_a_touch_is_seen_by_other_caches_and_leaves_the_text_index_alone(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'touch.db'}"
+    async with open_backend(url) as one, open_backend(url) as two:
+        await one.upsert("c", [make_record("r", text="some words"), make_record("s")])
+        assert (await two.get("c", ["r"]))[0].access_count == 0  # cached in the second client
+        statements: list[str] = []
+        conn = one._conn  # type: ignore[attr-defined]
+        conn.set_trace_callback(statements.append)
+        await one.touch("c", {"r": 2, "ghost": 1}, 100.0)
+        conn.set_trace_callback(None)
+        assert not any("fts" in s for s in statements), statements
+        await one.touch("c", {"r": 1}, 50.0)
+        [seen] = await two.get("c", ["r"])
+        assert (seen.access_count, seen.last_accessed) == (3, 100.0)
+        await two.upsert("c", [make_record("r", text="rewritten")])  # counters stay beside the record
+        assert (await one.get("c", ["r"]))[0].access_count == 3
+        await two.delete("c", ["r"])
+        await one.upsert("c", [make_record("r")])
+        assert (await two.get("c", ["r"]))[0].access_count == 0
+
+
+async def test_create_if_absent_is_atomic_across_clients(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cas.db'}"
+    async with open_backend(url) as one, open_backend(url) as two:
+        await one.count("c", ALICE)
+        await two.count("c", ALICE)  # both cached the empty collection
+        first = make_record("node")
+        assert await one.replace("c", first, expected_body=None) is True
+        second = make_record("node")
+        second = type(second)(**{**{f: getattr(second, f) for f in second.__struct_fields__}, "body": b"two"})
+        assert await two.replace("c", second, expected_body=None) is False
+        assert await two.replace("c", first, expected_body=None) is True  # a retry of the winner's call
+        assert (await two.get("c", ["node"]))[0].body == first.body
