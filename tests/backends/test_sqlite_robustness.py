@@ -132,11 +132,11 @@ def test_a_read_only_file_system_and_missing_permissions_are_named(
         f_flag = os.ST_RDONLY
 
     with monkeypatch.context() as patch:
-        patch.setattr(_connect.os, "statvfs", lambda _: ReadOnly())
+        patch.setattr(os, "statvfs", lambda _: ReadOnly())
         error = _connect.driver_error(path, 1.0, failure)
         assert isinstance(error, BackendRefusedError) and "read-only file system" in str(error)
     with monkeypatch.context() as patch:
-        patch.setattr(_connect.os, "access", lambda *_: False)
+        patch.setattr(os, "access", lambda *_: False)
         error = _connect.driver_error(path, 1.0, sqlite3.OperationalError("attempt to write a readonly database"))
         assert isinstance(error, BackendRefusedError) and "permission denied" in str(error)
 

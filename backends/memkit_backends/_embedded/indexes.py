@@ -46,19 +46,26 @@ def check_record(record: Record) -> None:
     if record.expires_at is not None and math.isnan(record.expires_at):
         raise ValidationError(f"record {record.id!r}: expires_at is NaN")
     for name, value in record.fields.items():
-        if not isinstance(name, str):
-            raise ValidationError(f"record {record.id!r}: field names must be strings, got {name!r}")
-        if isinstance(value, tuple):
-            if not all(isinstance(tag, str) for tag in value):
-                raise ValidationError(f"record {record.id!r}: field {name!r} is a tuple of non-strings: {value!r}")
-        elif isinstance(value, float):
-            if not math.isfinite(value):
-                raise ValidationError(f"record {record.id!r}: field {name!r} is {value}; only finite numbers")
-        elif not isinstance(value, str | int):  # bool is an int
-            raise ValidationError(
-                f"record {record.id!r}: field {name!r} is a {type(value).__name__}; "
-                "use a string, number, bool or a tuple of strings (tags)"
-            )
+        kind = type(value)
+        if (kind is str or kind is int or kind is bool) and type(name) is str:  # the common cases, fast
+            continue
+        _check_field(record, name, value)
+
+
+def _check_field(record: Record, name: object, value: object) -> None:
+    if not isinstance(name, str):
+        raise ValidationError(f"record {record.id!r}: field names must be strings, got {name!r}")
+    if isinstance(value, tuple):
+        if not all(isinstance(tag, str) for tag in value):
+            raise ValidationError(f"record {record.id!r}: field {name!r} is a tuple of non-strings: {value!r}")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationError(f"record {record.id!r}: field {name!r} is {value}; only finite numbers")
+    elif not isinstance(value, str | int):  # bool is an int
+        raise ValidationError(
+            f"record {record.id!r}: field {name!r} is a {type(value).__name__}; "
+            "use a string, number, bool or a tuple of strings (tags)"
+        )
 
 
 def replace_verdict(stored: bytes | None, new: bytes, expected: bytes | None) -> Literal["done", "write", "refuse"]:

@@ -107,7 +107,9 @@ async def store_batch(
             results[at] = StoreResult(status="duplicate", memory=fresh[memory.id][1])
             continue
         target = await _near_duplicate(backend, config, memory, vector, fresh)
-        if target is None:
+        if isinstance(target, Memory):  # the same text, stored by another client since _existing looked
+            results[at] = StoreResult(status="duplicate", memory=target)
+        elif target is None:
             fresh[memory.id] = (at, memory, vector)
         else:
             merges[target].append((at, memory))
@@ -138,8 +140,9 @@ async def _existing(backend: Backend, collection: str, memories: list[Memory]) -
 
 async def _near_duplicate(
     backend: Backend, config: LongTermConfig, memory: Memory, vector: Any, fresh: dict[str, tuple[int, Memory, Any]]
-) -> str | None:
-    """The id of the memory ``memory`` should merge into: an earlier item of the batch, else a stored one."""
+) -> str | Memory | None:
+    """The id of the memory ``memory`` should merge into: an earlier item of the batch, else a stored one; or
+    the stored memory itself when it holds the same text (an exact duplicate that raced the first look)."""
     for other_id, (_, other, other_vector) in fresh.items():
         if other.scope == memory.scope and float(np.dot(vector, other_vector)) >= config.merge_threshold:
             return other_id
@@ -147,6 +150,8 @@ async def _near_duplicate(
                   weights=_SIMILARITY_ONLY)  # fmt: skip
     for hit in await backend.query(config.collection, query):
         if hit.record.scope == memory.scope and hit.scores.similarity >= config.merge_threshold:
+            if hit.record.fields.get("dedupe") == dedupe_key(memory.content):
+                return decode(hit.record)
             return hit.record.id
     return None
 
