@@ -24,6 +24,7 @@ the rest.
 from __future__ import annotations
 
 import math
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -301,6 +302,30 @@ class RecordStore(_Lifecycle):
 
     @abstractmethod
     async def delete_expired(self, collection: str, now: float) -> int: ...
+
+    async def nearest(
+        self,
+        collection: str,
+        scope: Scope,
+        vectors: Sequence[Vector],
+        *,
+        k: int = 1,
+        min_similarity: float = -1.0,
+        now: float | None = None,
+    ) -> list[list[tuple[str, float]]]:
+        """For each vector, up to ``k`` (id, cosine similarity) of the most similar live records in ``scope``
+        with similarity >= ``min_similarity``, best first: the near-duplicate check of a whole batch.
+
+        This default asks ``query`` once per vector; a backend overrides it with one pass per batch."""
+        require_scope(scope, False)
+        only = Weights(similarity=1.0, lexical=0.0, recency=0.0, importance=0.0)
+        found = []
+        for vector in vectors:
+            ask = Query(scope=scope, vector=vector, k=k, now=time.time() if now is None else now, weights=only,
+                        min_score=min_similarity)  # fmt: skip
+            hits = await self.query(collection, ask)
+            found.append([(h.record.id, h.scores.similarity) for h in hits if h.scores.similarity >= min_similarity])
+        return found
 
     @abstractmethod
     async def touch(self, collection: str, counts: Mapping[str, int], at: float) -> None:

@@ -113,3 +113,21 @@ class WriteConformance:
             for _ in range(20):
                 group.start_soon(backend.touch, COLLECTION, {"hot": 1}, time.time())
         assert (await backend.get(COLLECTION, ["hot"]))[0].access_count == 20
+
+    async def test_nearest_checks_a_batch_of_vectors(self, backend: Backend) -> None:
+        require(backend, "vector_search")
+        await backend.ensure_collection(COLLECTION, DIM)
+        now = time.time()
+        await backend.upsert(COLLECTION, [make_record(f"v{i}", seed=i) for i in range(10)])
+        await backend.upsert(COLLECTION, [make_record("bob-1", "bob", seed=1),
+                                          make_record("gone-5", seed=5, expires_at=now - 1)])  # fmt: skip
+        alice = Scope(user_id="alice")
+        vectors = [unit(1), unit(5), unit(999), unit(3)]
+        found = await backend.nearest(COLLECTION, alice, vectors, k=2, min_similarity=0.99, now=now)
+        assert [[i for i, _ in row] for row in found] == [["v1"], ["v5"], [], ["v3"]]
+        assert all(abs(similarity - 1.0) < 1e-2 for row in found for _, similarity in row)
+        loose = await backend.nearest(COLLECTION, alice, [unit(1)], k=3, now=now)
+        assert len(loose[0]) == 3 and loose[0][0][0] == "v1"
+        assert [s for _, s in loose[0]] == sorted((s for _, s in loose[0]), reverse=True)
+        assert await backend.nearest(COLLECTION, Scope(user_id="nobody"), vectors, now=now) == [[], [], [], []]
+        assert await backend.nearest(COLLECTION, alice, [], now=now) == []

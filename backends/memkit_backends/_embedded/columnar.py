@@ -419,6 +419,9 @@ class ColumnarCollection:
         next_cursor = encode_scan_cursor(ordered[-1][0], ordered[-1][1]) if more else None
         return Page(records=records, next_cursor=next_cursor)
 
+    def ids_of(self, rows: npt.NDArray[np.int64]) -> list[str]:
+        return [self._id(row) for row in rows.tolist()]
+
     def _id(self, row: int) -> str:
         record = self._records[row]
         return "" if record is None else record.id

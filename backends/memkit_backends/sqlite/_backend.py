@@ -26,12 +26,14 @@ from memkit.backend import (
     Record,
     Scope,
     StorageURL,
+    Vector,
     require_scope,
     scope_matches,
 )
 from memkit.errors import BackendError, InvalidURLError, ValidationError
 from memkit_backends._embedded.columnar import ColumnarCollection
 from memkit_backends._embedded.indexes import replace_verdict
+from memkit_backends._embedded.nearest import nearest
 from memkit_backends._embedded.options import DTYPE_OPTION, storage_dtype
 from memkit_backends.sqlite._cache import DELETIONS_KEPT, RecordCache, log_deletions, prune_deletions
 from memkit_backends.sqlite._codec import record_params
@@ -326,6 +328,23 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             return cache.query(query, external_lexical=lexical)
 
         return await self._run(work)
+
+    async def nearest(
+        self,
+        collection: str,
+        scope: Scope,
+        vectors: Sequence[Vector],
+        *,
+        k: int = 1,
+        min_similarity: float = -1.0,
+        now: float | None = None,
+    ) -> list[list[tuple[str, float]]]:
+        require_scope(scope, False)
+        return await self._run(
+            lambda conn: nearest(
+                self._cache.collection(conn, collection), scope, vectors, k=k, min_similarity=min_similarity, now=now
+            )
+        )
 
     async def scan(
         self,

@@ -7,6 +7,7 @@ and a decoded memory adds both.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -40,6 +41,7 @@ _encode_memory = msgspec.json.Encoder().encode
 _decode_memory = msgspec.json.Decoder(Memory).decode
 
 
+@functools.lru_cache(maxsize=8192)  # asked several times per memory on the write path
 def dedupe_key(content: str) -> str:
     return hashlib.blake2b(normalize_for_dedupe(content).encode(), digest_size=12).hexdigest()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any, Final
 
@@ -18,6 +18,7 @@ from memkit.backend import Backend, FilterValue, Query, Record, Scope, Weights
 from memkit.embedders import Embedder, as_unit_vectors
 from memkit.errors import ConfigurationError, EmbeddingError, InvalidVectorError, NotFoundError, ValidationError
 from memkit.layers._cas import update_record
+from memkit.layers._keys import scope_key
 from memkit.layers._turns import Turn, turn_content
 from memkit.layers.longterm._access import AccessTracker
 from memkit.layers.longterm._codec import decode, expiry, index_text, to_hit, to_record, turn_memories
@@ -85,6 +86,14 @@ class LongTermMemory:
         return None
 
     @asynccontextmanager
+    async def _scope_locks(self, scopes: Sequence[Scope]) -> AsyncIterator[None]:
+        """Every scope's lock, taken in one order (sorted by the caller) so two batches never deadlock."""
+        async with AsyncExitStack() as stack:
+            for scope in scopes:
+                await stack.enter_async_context(self._scope_lock(scope))
+            yield
+
+    @asynccontextmanager
     async def _scope_lock(self, scope: Scope) -> AsyncIterator[None]:
         entry = self._locks.setdefault(scope, [anyio.Lock(), 0])
         entry[1] += 1
@@ -142,11 +151,11 @@ class LongTermMemory:
         for at, memory in enumerate(memories):
             by_scope.setdefault(memory.scope, []).append(at)
         outcome: dict[int, StoreResult] = {}
-        for scope, positions in by_scope.items():
-            async with self._scope_lock(scope):
-                results = await store_batch(self.backend, self.config, [memories[i] for i in positions],
-                                            [vectors[i] for i in positions], self._embed)  # fmt: skip
-            outcome.update(zip(positions, results, strict=True))
+        async with self._scope_locks(sorted(by_scope, key=scope_key)):
+            groups = [([memories[i] for i in at], [vectors[i] for i in at]) for at in by_scope.values()]
+            results = await store_batch(self.backend, self.config, groups, self._embed)
+        for positions, group_results in zip(by_scope.values(), results, strict=True):
+            outcome.update(zip(positions, group_results, strict=True))
         stored = iter(outcome[i] for i in range(len(memories)))
         return [next(stored) if isinstance(p, Memory) else p for p in planned]
 

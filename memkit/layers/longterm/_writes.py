@@ -20,14 +20,12 @@ import numpy as np
 
 from memkit._time import now_epoch, utcnow
 from memkit._validation import check_content, check_importance, check_metadata, check_text, require_scope
-from memkit.backend import Backend, Query, Record, Scope, Weights
+from memkit.backend import Backend, Record, Scope
 from memkit.errors import ValidationError
 from memkit.layers.longterm._codec import decode, dedupe_key, expiry, index_text, memory_id, merge, to_record
 from memkit.layers.longterm._records import LongTermConfig, Memory, MemoryKind, StoreResult
 
-__all__ = ["NewMemory", "plan_memories", "store_batch"]
-
-_SIMILARITY_ONLY = Weights(similarity=1.0, lexical=0.0, recency=0.0, importance=0.0)
+__all__ = ["Group", "NewMemory", "plan_memories", "store_batch"]
 
 
 class NewMemory(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,38 +84,68 @@ def _plan_one(new: NewMemory, default: Scope, config: LongTermConfig, now: datet
 Embed = Callable[[list[str]], Awaitable[Any]]
 
 
+class _Plan(msgspec.Struct):
+    """What one scope's part of a batch does: its results so far, its new memories, its merges."""
+
+    results: list[StoreResult | None]
+    fresh: dict[str, tuple[int, Memory, Any]]
+    merges: dict[str, list[tuple[int, Memory]]]
+
+
+Group = tuple[list[Memory], list[Any]]
+
+
 async def store_batch(
-    backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: Any, reembed: Embed
-) -> list[StoreResult]:
-    """Store memories of ONE scope (the caller holds its write lock) with their vectors, deduplicated."""
+    backend: Backend, config: LongTermConfig, groups: list[Group], reembed: Embed
+) -> list[list[StoreResult]]:
+    """Store groups of memories, one group per scope (the caller holds every group's write lock), with their
+    vectors, deduplicated; one write for all new memories. Results per group, in order."""
     collection = config.collection
-    results: list[StoreResult | None] = [None] * len(memories)
     if not config.dedupe:
-        await backend.upsert(collection, [to_record(m, v) for m, v in zip(memories, vectors, strict=True)])
-        return [StoreResult(status="stored", memory=m) for m in memories]
-    stored = await _existing(backend, collection, memories)
-    merges: dict[str, list[tuple[int, Memory]]] = defaultdict(list)
-    fresh: dict[str, tuple[int, Memory, Any]] = {}
-    for at, (memory, vector) in enumerate(zip(memories, vectors, strict=True)):
+        records = [to_record(m, v) for memories, vectors in groups for m, v in zip(memories, vectors, strict=True)]
+        await backend.upsert(collection, records)
+        return [[StoreResult(status="stored", memory=m) for m in memories] for memories, _ in groups]
+    plans = [await _plan_group(backend, config, memories, vectors) for memories, vectors in groups]
+    await _write_fresh(backend, collection, plans)
+    for plan in plans:
+        for target, newer in plan.merges.items():
+            if target not in plan.fresh:
+                await _merge_stored(backend, config, target, newer, plan.results, reembed=reembed)
+    return [[r if r is not None else StoreResult(status="stored", memory=None) for r in p.results] for p in plans]
+
+
+async def _plan_group(backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any]) -> _Plan:
+    """Sort one scope's memories into duplicates, merges (into stored memories or earlier items) and new ones."""
+    plan = _Plan(results=[None] * len(memories), fresh={}, merges=defaultdict(list))
+    stored = await _existing(backend, config.collection, memories)
+    pending: list[int] = []
+    for at, memory in enumerate(memories):
         key = dedupe_key(memory.content)
         if key in stored:
-            results[at] = StoreResult(status="duplicate", memory=stored[key])
-            continue
-        if memory.id in fresh:  # the same text earlier in this batch
-            results[at] = StoreResult(status="duplicate", memory=fresh[memory.id][1])
-            continue
-        target = await _near_duplicate(backend, config, memory, vector, fresh)
-        if isinstance(target, Memory):  # the same text, stored by another client since _existing looked
-            results[at] = StoreResult(status="duplicate", memory=target)
-        elif target is None:
-            fresh[memory.id] = (at, memory, vector)
+            plan.results[at] = StoreResult(status="duplicate", memory=stored[key])
         else:
-            merges[target].append((at, memory))
-    await _write_fresh(backend, collection, fresh, merges, results)
-    for target, newer in merges.items():
-        if target not in fresh:
-            await _merge_stored(backend, config, target, newer, results, reembed=reembed)
-    return [r if r is not None else StoreResult(status="stored", memory=None) for r in results]
+            pending.append(at)
+    near = await _stored_neighbours(backend, config, [memories[i] for i in pending], [vectors[i] for i in pending])
+    batch = np.stack([vectors[i] for i in pending]) if pending else np.zeros((0, 1), np.float32)
+    within = batch @ batch.T  # every pair of the batch, once
+    kept = np.zeros(len(pending), bool)  # which positions of ``pending`` were kept as new memories
+    for j, at in enumerate(pending):
+        memory = memories[at]
+        if memory.id in plan.fresh:  # the same text earlier in this batch
+            plan.results[at] = StoreResult(status="duplicate", memory=plan.fresh[memory.id][1])
+            continue
+        earlier = np.flatnonzero((within[j, :j] >= config.merge_threshold) & kept[:j])
+        verdict = near[j]
+        if earlier.size:
+            plan.merges[memories[pending[int(earlier[0])]].id].append((at, memory))
+        elif isinstance(verdict, Memory):  # the same text, stored by another client since _existing looked
+            plan.results[at] = StoreResult(status="duplicate", memory=verdict)
+        elif isinstance(verdict, str):
+            plan.merges[verdict].append((at, memory))
+        else:
+            plan.fresh[memory.id] = (at, memory, vectors[at])
+            kept[j] = True
+    return plan
 
 
 async def _existing(backend: Backend, collection: str, memories: list[Memory]) -> dict[str, Memory]:
@@ -138,52 +166,62 @@ async def _existing(backend: Backend, collection: str, memories: list[Memory]) -
     return found
 
 
-async def _near_duplicate(
-    backend: Backend, config: LongTermConfig, memory: Memory, vector: Any, fresh: dict[str, tuple[int, Memory, Any]]
-) -> str | Memory | None:
-    """The id of the memory ``memory`` should merge into: an earlier item of the batch, else a stored one; or
-    the stored memory itself when it holds the same text (an exact duplicate that raced the first look)."""
-    for other_id, (_, other, other_vector) in fresh.items():
-        if other.scope == memory.scope and float(np.dot(vector, other_vector)) >= config.merge_threshold:
-            return other_id
-    query = Query(scope=memory.scope, vector=vector, k=3, now=now_epoch(), min_score=config.merge_threshold,
-                  weights=_SIMILARITY_ONLY)  # fmt: skip
-    for hit in await backend.query(config.collection, query):
-        if hit.record.scope == memory.scope and hit.scores.similarity >= config.merge_threshold:
-            if hit.record.fields.get("dedupe") == dedupe_key(memory.content):
-                return decode(hit.record)
-            return hit.record.id
-    return None
+async def _stored_neighbours(
+    backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any]
+) -> list[str | Memory | None]:
+    """Per memory (all of one scope): the stored memory it should merge into (its id), the stored memory itself
+    when it holds the same text (an exact duplicate stored by another client meanwhile), or None. One
+    ``nearest`` call for the batch; the few candidates found are read to check their exact scope."""
+    if not memories:
+        return []
+    scope = memories[0].scope
+    found = await backend.nearest(config.collection, scope, vectors, k=3, min_similarity=config.merge_threshold,
+                                  now=now_epoch())  # fmt: skip
+    ids = sorted({record_id for row in found for record_id, _ in row})
+    records = {r.id: r for r in await backend.get(config.collection, ids, scope)} if ids else {}
+    verdicts: list[str | Memory | None] = []
+    for memory, row in zip(memories, found, strict=True):
+        verdict: str | Memory | None = None
+        for record_id, _ in row:
+            record = records.get(record_id)
+            if record is None or record.scope != memory.scope:  # a narrower scope's memory is not this one's
+                continue
+            same_text = record.fields.get("dedupe") == dedupe_key(memory.content)
+            verdict = decode(record) if same_text else record_id
+            break
+        verdicts.append(verdict)
+    return verdicts
 
 
-async def _write_fresh(
-    backend: Backend,
-    collection: str,
-    fresh: dict[str, tuple[int, Memory, Any]],
-    merges: dict[str, list[tuple[int, Memory]]],
-    results: list[StoreResult | None],
-) -> None:
-    """One write for every new memory; batch items merged into another new one are folded in first."""
-    records = []
-    for memory_id_, (at, memory, vector) in fresh.items():
-        folded = memory
-        for later_at, later in merges.get(memory_id_, []):
-            folded = merge(folded, later)
-            results[later_at] = StoreResult(status="merged", memory=folded)
-        records.append(to_record(folded, vector))
-        results[at] = StoreResult(status="stored", memory=folded)
-    if len(records) == 1 and not merges.get(records[0].id):
-        # A single new memory is created only if absent: another process may have stored it this instant.
-        if not await backend.replace(collection, records[0], expected_body=None):
-            found = await backend.get(collection, [records[0].id])
-            existing = found[0] if found else None
-            if existing is None or existing.is_expired(now_epoch()):  # an expired leftover: take its place
-                await backend.upsert(collection, records)
-            else:
-                results[fresh[records[0].id][0]] = StoreResult(status="duplicate", memory=decode(existing))
-        return
-    if records:
+async def _write_fresh(backend: Backend, collection: str, plans: list[_Plan]) -> None:
+    """One write for every new memory of the batch; items merged into another new one are folded in first."""
+    records: list[Record] = []
+    owner: list[_Plan] = []
+    for plan in plans:
+        for memory_id_, (at, memory, vector) in plan.fresh.items():
+            folded = memory
+            for later_at, later in plan.merges.get(memory_id_, []):
+                folded = merge(folded, later)
+                plan.results[later_at] = StoreResult(status="merged", memory=folded)
+            records.append(to_record(folded, vector))
+            owner.append(plan)
+            plan.results[at] = StoreResult(status="stored", memory=folded)
+    if len(records) == 1 and not owner[0].merges.get(records[0].id):
+        await _create_one(backend, collection, records[0], owner[0])
+    elif records:
         await backend.upsert(collection, records)
+
+
+async def _create_one(backend: Backend, collection: str, record: Record, plan: _Plan) -> None:
+    """A single new memory is created only if absent: another process may have stored it this instant."""
+    if await backend.replace(collection, record, expected_body=None):
+        return
+    found = await backend.get(collection, [record.id])
+    existing = found[0] if found else None
+    if existing is None or existing.is_expired(now_epoch()):  # an expired leftover: take its place
+        await backend.upsert(collection, [record])
+    else:
+        plan.results[plan.fresh[record.id][0]] = StoreResult(status="duplicate", memory=decode(existing))
 
 
 async def _merge_stored(
