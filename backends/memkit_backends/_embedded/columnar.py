@@ -46,14 +46,20 @@ _COMPACT_MIN_DEAD = 1024
 _VECTORISE_MIN = 32
 """Batches at least this large write each column with one numpy assignment."""
 _NO_ROWS = np.zeros(0, np.int64)
-_ROW_COLUMNS = ("_vectors", "_scales", "_importance", "_timestamps", "_expires", "_alive", "_access", "_last_access")
+_ROW_COLUMNS = (
+    "_vectors", "_scales", "_importance", "_timestamps", "_expires", "_alive", "_access", "_last_access", "_has_vector",
+)  # fmt: skip
 """Arrays indexed by row first; ``_scope`` (3 x capacity) is the one indexed by row last."""
 
 
-def _bare(record: Record) -> Record:
-    """Counters live in their columns; the stored struct carries none, so a read never shows stale ones."""
-    if record.access_count or record.last_accessed is not None:
-        return msgspec.structs.replace(record, access_count=0, last_accessed=None)
+def _bare(record: Record, dtype: StorageDtype) -> Record:
+    """Counters live in their columns; the stored struct carries none, so a read never shows stale ones.
+    With float32 storage the vector lives in the matrix alone (kept twice it was 1.5 KB more per 384-dim
+    record: 150 MB at 100k); quantized storage keeps the caller's exact vector for ``get``."""
+    drop_vector = dtype == "float32" and record.vector is not None
+    if drop_vector or record.access_count or record.last_accessed is not None:
+        vector = None if drop_vector else record.vector
+        return msgspec.structs.replace(record, vector=vector, access_count=0, last_accessed=None)
     return record
 
 
@@ -84,6 +90,7 @@ class ColumnarCollection:
         self._access = np.zeros(capacity, np.int64)
         self._last_access = np.full(capacity, np.nan, np.float64)
         """NaN: never touched."""
+        self._has_vector = np.zeros(capacity, np.uint8)
 
     def _grow(self, needed: int) -> None:
         capacity = self._alive.shape[0]
@@ -172,7 +179,7 @@ class ColumnarCollection:
             else:
                 self._unindex(row)
                 rewritten.append(row)
-            self._records[row] = _bare(record)
+            self._records[row] = _bare(record, self.dtype)
             self._index_row(row, record)
             rows.append(row)
         if len(batch) < _VECTORISE_MIN:
@@ -194,6 +201,7 @@ class ColumnarCollection:
     def _write_row(self, row: int, record: Record, rewritten: bool, keep_counters: bool) -> None:
         """One record's columns by scalar writes: for small batches, where numpy's per-call overhead
         would cost more (a 1-record upsert took 65 us vectorised, 12 us like this)."""
+        self._has_vector[row] = record.vector is not None
         if record.vector is not None:
             stored, scales = encode_vectors(record.vector[None, :], self.dtype)
             self._vectors[row], self._scales[row] = stored[0], scales[0]
@@ -220,6 +228,7 @@ class ColumnarCollection:
         """The batch's columns, one numpy assignment each (per-row scalar writes were 60% of an upsert)."""
         n = len(batch)
         with_vector = [i for i, record in enumerate(batch) if record.vector is not None]
+        self._has_vector[rows] = [record.vector is not None for record in batch]
         if with_vector:
             stored, scales = encode_vectors(np.stack([batch[i].vector for i in with_vector]), self.dtype)
             self._vectors[rows[with_vector]], self._scales[rows[with_vector]] = stored, scales
@@ -309,7 +318,7 @@ class ColumnarCollection:
         live_rows = [row for row, record in enumerate(self._records) if record is not None]
         live = [record for record in self._records if record is not None]
         rows = np.asarray(live_rows, dtype=np.int64)
-        old = (self._vectors, self._scales, self._access, self._last_access)
+        old = (self._vectors, self._scales, self._access, self._last_access, self._has_vector)
         self._records, self._row_of, self._fields, self._lexical, self._dead = [], {}, {}, Bm25Index(), 0
         self._interner = ScopeInterner()
         self._allocate(max(_MIN_CAPACITY, len(live) * 2))
@@ -317,7 +326,7 @@ class ColumnarCollection:
         # Re-encoding quantized vectors would compound rounding error: copy the stored bits instead.
         n = len(live)
         self._vectors[:n], self._scales[:n] = old[0][rows], old[1][rows]
-        self._access[:n], self._last_access[:n] = old[2][rows], old[3][rows]
+        self._access[:n], self._last_access[:n], self._has_vector[:n] = old[2][rows], old[3][rows], old[4][rows]
 
     # -- reads ----------------------------------------------------------------------------------
     def _out(self, row: int) -> Record:
@@ -326,9 +335,13 @@ class ColumnarCollection:
         if record is None:  # callers pass live rows only
             raise RuntimeError(f"row {row} was deleted")
         count, last = int(self._access[row]), float(self._last_access[row])
-        if count == 0 and math.isnan(last):
+        restore = record.vector is None and self._has_vector[row]
+        if count == 0 and math.isnan(last) and not restore:
             return record
-        return msgspec.structs.replace(record, access_count=count, last_accessed=None if math.isnan(last) else last)
+        vector = self._vectors[row].copy() if restore else record.vector  # float32 storage: exact
+        return msgspec.structs.replace(
+            record, vector=vector, access_count=count, last_accessed=None if math.isnan(last) else last
+        )
 
     def get(self, ids: Iterable[str], scope: Scope | None = None) -> list[Record]:
         found = []

@@ -11,11 +11,13 @@ anything. Every operation maps redis-py's errors (``_errors``) and is retried af
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import anyio
 import msgspec
+import numpy as np
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -30,6 +32,7 @@ from memkit.backend import (
     Record,
     Scope,
     StorageURL,
+    Vector,
     require_scope,
     scope_matches,
 )
@@ -55,6 +58,7 @@ from memkit_backends.redis._keys import (
     query_clauses,
 )
 from memkit_backends.redis._kv import KeyValueFace, migrate_v1
+from memkit_backends.redis._nearest import BatchNearest
 from memkit_backends.redis._search import HybridSearch, pipeline
 
 __all__ = ["PLAIN", "STACK", "RedisBackend"]
@@ -335,3 +339,37 @@ class RedisBackend(KeyValueFace, Backend):
         # Scope checked again on the records: text searches match the scope by a digest (``text_clauses``).
         records = {r.id: r for r in await self._get(collection, [i for i, _ in ranked], query.scope)}
         return [Hit(record=records[i], scores=scores) for i, scores in ranked if i in records]
+
+    @operation
+    async def nearest(
+        self,
+        collection: str,
+        scope: Scope,
+        vectors: Sequence[Vector],
+        *,
+        k: int = 1,
+        min_similarity: float = -1.0,
+        now: float | None = None,
+    ) -> list[list[tuple[str, float]]]:
+        """The default's answer in one round trip for the whole batch (``_nearest``), not one per vector."""
+        require_scope(scope, False)
+        if len(vectors) == 0:
+            return []
+        self._require_search()
+        exists, dim = await self._collections.dim(collection)
+        if not exists or k < 1:
+            return [[] for _ in vectors]
+        if dim is None:  # no vector stored yet: the default ranks the scope without similarities
+            return await super().nearest(collection, scope, vectors, k=k, min_similarity=min_similarity, now=now)
+        blobs = [np.ascontiguousarray(vector, np.float32) for vector in vectors]
+        if wrong := next((b.shape for b in blobs if b.shape != (dim,)), None):
+            raise DimensionMismatchError(f"query vector has shape {wrong}; collection has {dim} dimensions")
+        where = " ".join(query_clauses(scope, None, None)) or "*"
+        batch = BatchNearest(self._run, index_name(collection), collection_prefix(collection), where, hnsw=self._hnsw)
+        try:
+            return await batch.nearest([b.tobytes() for b in blobs], k=k, min_similarity=min_similarity,
+                                       now=time.time() if now is None else now)  # fmt: skip
+        except ResponseError as exc:
+            if is_missing_index(exc):
+                return [[] for _ in vectors]  # another client dropped the collection meanwhile
+            raise
