@@ -20,6 +20,7 @@ import anyio
 from memkit._background import BackgroundTask
 from memkit._registry import open_backend
 from memkit._url import StorageURL
+from memkit._validation import check_number
 from memkit.backend import Backend
 from memkit.embedders import Embedder, resolve_embedder
 from memkit.errors import ConfigurationError, NotOpenError, ValidationError
@@ -34,6 +35,20 @@ log = logging.getLogger("memkit")
 DEFAULT_URL = "sqlite:///memkit.db"
 EmbedderChoice = Embedder | Literal["auto", "local", "hashing"]
 LAYERS = ("long_term",)
+_RELEASE_S = 0.25
+"""The least time each backend gets to release its connections when close_timeout has run out."""
+
+
+def _layer_urls(layer_urls: object, default: StorageURL) -> dict[str, StorageURL]:
+    """Each layer's URL: its own from ``layer_urls`` (a mapping of layer name -> URL), else ``default``."""
+    if layer_urls is None:
+        layer_urls = {}
+    if not isinstance(layer_urls, Mapping):
+        raise ConfigurationError(f"layer_urls must be a mapping of layer name -> URL, got {type(layer_urls).__name__}")
+    unknown = sorted(repr(name) for name in layer_urls if name not in LAYERS)
+    if unknown:
+        raise ConfigurationError(f"layer_urls names unknown layers {', '.join(unknown)}; layers: {', '.join(LAYERS)}")
+    return {name: default if layer_urls.get(name) is None else StorageURL(layer_urls[name]) for name in LAYERS}
 
 
 class Memkit:
@@ -54,16 +69,14 @@ class Memkit:
         layer_urls: Mapping[str, str | StorageURL] | None = None,
         close_timeout: float = 5.0,
     ) -> None:
-        self.url = StorageURL(url or os.environ.get("MEMKIT_URL") or DEFAULT_URL)
-        unknown = sorted(set(layer_urls or {}) - set(LAYERS))
-        if unknown:
-            raise ConfigurationError(f"layer_urls names unknown layers {unknown}; layers: {', '.join(LAYERS)}")
-        if isinstance(close_timeout, bool) or not isinstance(close_timeout, int | float) or not close_timeout >= 0:
-            raise ValidationError(f"close_timeout must be a number of seconds >= 0, got {close_timeout!r}")
-        self._close_timeout = float(close_timeout)
-        urls = {name: StorageURL((layer_urls or {}).get(name) or self.url) for name in LAYERS}
-        self._backends: dict[StorageURL, Backend] = {u: open_backend(u) for u in dict.fromkeys(urls.values())}
+        # Only None means "the default": Memkit("") or Memkit(False) once opened ./memkit.db silently.
+        self.url = StorageURL(url if url is not None else os.environ.get("MEMKIT_URL") or DEFAULT_URL)
+        urls = _layer_urls(layer_urls, self.url)
+        self._close_timeout = check_number(close_timeout, "close_timeout", minimum=0, allow_inf=True)
+        if long_term is not None and not isinstance(long_term, LongTermConfig):
+            raise ValidationError(f"long_term must be a LongTermConfig or None, got {type(long_term).__name__}")
         self.embedder = resolve_embedder(embedder)
+        self._backends: dict[StorageURL, Backend] = {u: open_backend(u) for u in dict.fromkeys(urls.values())}
         self._access = AccessTracker()
         self._long_term = LongTermMemory(self._backends[urls["long_term"]], self.embedder, long_term, self._access)
         self._layers: list[Layer] = [self._long_term]
@@ -121,11 +134,12 @@ class Memkit:
         self._open = False
         # Shielded: a cancelled caller must still release connections; bounded: a server that is gone
         # must not hold the caller for longer than close_timeout.
+        deadline = anyio.current_time() + self._close_timeout  # one budget for all of it, not one per step
         with anyio.CancelScope(shield=True):
             if self._flusher is not None:
                 await self._flusher.stop()
                 self._flusher = None
-            with anyio.move_on_after(self._close_timeout) as scope:
+            with anyio.CancelScope(deadline=deadline) as scope:
                 await self._access.flush()
             if scope.cancelled_caught:
                 dropped = self._access.drop()
@@ -136,7 +150,8 @@ class Memkit:
             for layer in self._layers:
                 await layer.aclose()
             for backend in self._backends.values():
-                with anyio.move_on_after(self._close_timeout):
+                # What is left of the budget; a moment at least, so a backend always starts releasing.
+                with anyio.CancelScope(deadline=max(deadline, anyio.current_time() + _RELEASE_S)):
                     await backend.aclose()
 
     async def __aenter__(self) -> Self:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, TypeVar
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
@@ -17,6 +19,9 @@ SECRET_OPTIONS: Final = frozenset(
 )
 """Query options whose values are masked wherever the URL is shown."""
 _TRUE, _FALSE = frozenset({"1", "true", "yes", "on"}), frozenset({"0", "false", "no", "off"})
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class StorageURL:
@@ -34,9 +39,11 @@ class StorageURL:
             raise InvalidURLError(
                 f"not a storage URL: {_mask_unparsed(url)!r}; expected e.g. 'sqlite:///memories.db' or 'memory://'"
             )
+        _check_chars(url, url)
         try:
             parts = urlsplit(url)
             port = parts.port
+            pairs = parse_qsl(parts.query, keep_blank_values=True)
         except ValueError as exc:
             raise InvalidURLError(f"cannot parse storage URL {_mask_unparsed(url)!r}: {exc}") from exc
         if not parts.scheme:
@@ -49,7 +56,9 @@ class StorageURL:
         self.port: int | None = port
         self.path: str = unquote(parts.path)
         self.database: str | None = self.path.lstrip("/") or None
-        self.options: Mapping[str, str] = dict(parse_qsl(parts.query))
+        self.options: Mapping[str, str] = _options(pairs, url)
+        for decoded in (self.path, self.username or "", self.password or ""):
+            _check_chars(decoded, url)
 
     @property
     def raw(self) -> str:
@@ -73,6 +82,11 @@ class StorageURL:
                 if raw.lower() not in _TRUE | _FALSE:
                     raise ValueError(raw)
                 value: T = raw.lower() in _TRUE
+            elif kind is int or kind is float:
+                # Python's int()/float() also take "1_0", " 1", "nan", "inf" and "1e999": no option means those.
+                if not (_INT if kind is int else _FLOAT).fullmatch(raw) or not math.isfinite(float(raw)):
+                    raise ValueError(raw)
+                value = kind(raw)
             else:
                 value = kind(raw.lower() if choices else raw)
         except ValueError:
@@ -115,6 +129,28 @@ class StorageURL:
 
     def __hash__(self) -> int:
         return hash(self._raw)
+
+
+def _check_chars(text: str, url: str) -> None:
+    """No control characters (urlsplit silently drops tabs and newlines; a NUL reaches the driver) and no lone
+    surrogates (they cannot be encoded for a driver), in the URL or in what its %-escapes decode to."""
+    if _CONTROL.search(text):
+        raise InvalidURLError(f"storage URL {_mask_unparsed(url)!r} contains a control character")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise InvalidURLError(f"storage URL {_mask_unparsed(url)!r} is not valid Unicode") from None
+
+
+def _options(pairs: list[tuple[str, str]], url: str) -> dict[str, str]:
+    """The query options; one given twice is refused (``dict()`` kept the last one silently)."""
+    options: dict[str, str] = {}
+    for name, value in pairs:
+        _check_chars(name + value, url)
+        if name in options:
+            raise InvalidURLError(f"option {name!r} is given twice in {_mask_unparsed(url)!r}")
+        options[name] = value
+    return options
 
 
 def _mask_unparsed(url: object) -> str:

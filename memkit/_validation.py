@@ -3,14 +3,32 @@
 from __future__ import annotations
 
 import math
+import operator
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
-from memkit.backend import Scope
+from memkit.backend import FilterValue, Scope, check_filters
 from memkit.errors import ContentError, ImportanceError, ScopeError, ValidationError
 
-__all__ = ["MAX_ID_CHARS", "check_content", "check_importance", "check_metadata", "check_text", "require_scope"]
+__all__ = [
+    "MAX_ID_CHARS",
+    "check_content",
+    "check_flag",
+    "check_importance",
+    "check_int",
+    "check_kind",
+    "check_kinds",
+    "check_metadata",
+    "check_metadata_filter",
+    "check_moment",
+    "check_number",
+    "check_text",
+    "check_ttl",
+    "require_scope",
+]
 
 MAX_ID_CHARS = 512
 """Longest user, agent, session or thread id (Postgres indexes scope ids, whose rows are limited to ~2.7 KB)."""
@@ -41,12 +59,96 @@ def _encodable(text: str) -> bool:
 
 
 def check_importance(importance: object) -> float:
-    if isinstance(importance, bool) or not isinstance(importance, int | float):
-        raise ImportanceError(f"importance must be a number in 0..1, got {importance!r}")
-    value = float(importance)
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise ImportanceError(f"importance must be in 0..1, got {importance!r}")
+    value = _real(importance)
+    if value is None or not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ImportanceError(f"importance must be a number in 0..1, got {_short(importance)}")
+    return value + 0.0  # -0.0 -> 0.0: one value on every backend
+
+
+def _real(value: object) -> float | None:
+    """``value`` as a float when it is an int or float (not a bool); None otherwise, or when an int is too
+    large for a float (``float(10**400)`` raises OverflowError)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_number(value: object, what: str, *, minimum: float | None = None, allow_inf: bool = False) -> float:
+    """A finite int or float (``allow_inf``: infinities too), not a bool, at least ``minimum`` when given."""
+    number = _real(value)
+    if number is None or math.isnan(number) or (math.isinf(number) and not allow_inf):
+        raise ValidationError(f"{what} must be a {'' if allow_inf else 'finite '}number, got {_short(value)}")
+    if minimum is not None and number < minimum:
+        raise ValidationError(f"{what} must be >= {minimum}, got {_short(value)}")
+    return number
+
+
+def check_int(value: object, what: str, low: int, high: int) -> int:
+    """An integer (or an int-like such as numpy's, via ``__index__``; never a bool or a float) in low..high."""
+    if isinstance(value, bool):
+        raise ValidationError(f"{what} must be an integer in {low}..{high}, got {value!r}")
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]  # a TypeError is the answer
+    except TypeError:
+        raise ValidationError(f"{what} must be an integer in {low}..{high}, got {_short(value)}") from None
+    if not low <= number <= high:
+        raise ValidationError(f"{what} must be an integer in {low}..{high}, got {_short(value)}")
+    return number
+
+
+def check_flag(value: object, what: str) -> bool:
+    """Exactly True or False: ``all_scopes="False"`` must not read every user's memories."""
+    if not isinstance(value, bool):
+        raise ValidationError(f"{what} must be True or False, got {_short(value)}")
     return value
+
+
+def check_moment(value: object, what: str) -> datetime:
+    """An aware datetime (its ``utcoffset()`` known) that converts to Unix seconds."""
+    if not isinstance(value, datetime):
+        raise ValidationError(f"{what} must be an aware datetime, got {type(value).__name__} {_short(value)}")
+    if value.utcoffset() is None:
+        raise ValidationError(f"{what} {value!r} has no timezone; use an aware datetime (e.g. UTC)")
+    try:
+        value.timestamp()
+    except (OverflowError, ValueError) as exc:
+        raise ValidationError(f"{what} {value!r} cannot be stored: {exc}") from None
+    return value
+
+
+_EXPIRY_MARGIN = timedelta(days=1)
+"""Room for the clock to move between this check and the write that computes the expiry again."""
+
+
+def check_ttl(ttl: object, start: datetime) -> timedelta | None:
+    """A positive ``timedelta`` or number of seconds whose expiry (``start + ttl``) a datetime can hold."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, timedelta):
+        delta = ttl
+    else:
+        seconds = _real(ttl)
+        if seconds is None or not math.isfinite(seconds):
+            raise ValidationError(f"ttl must be a timedelta or a finite number of seconds, got {_short(ttl)}")
+        try:
+            delta = timedelta(seconds=seconds)
+        except OverflowError:
+            delta = timedelta.max
+    if delta <= timedelta(0):
+        raise ValidationError(f"ttl must be positive, got {_short(ttl)}")
+    try:
+        start + delta + _EXPIRY_MARGIN
+    except OverflowError:
+        raise ValidationError(f"ttl {_short(ttl)} ends after the year 9999; pass ttl=None for no expiry") from None
+    return delta
 
 
 MAX_METADATA_BYTES = 64 * 1024
@@ -121,4 +223,40 @@ def check_text(
         raise error(f"{what} has {len(value)} characters; the limit is {max_chars}")
     if "\x00" in value:
         raise error(f"{what} {value!r} contains a NUL character")
+    if not _encodable(value):
+        raise error(f"{what} {value!r} contains a lone surrogate (text that is not valid Unicode)")
     return value
+
+
+RESERVED_KINDS = frozenset({"turn"})
+"""Kinds only the layer writes: a "turn" is numbered in a thread, and forgetting one edits its neighbours."""
+
+
+def check_kind(kind: object) -> str:
+    text = check_text(kind, "kind")
+    if text in RESERVED_KINDS:
+        raise ValidationError(f"kind {text!r} is reserved for conversation turns; use add_turns()")
+    return text
+
+
+def check_kinds(kinds: object) -> list[str] | None:
+    """A kinds filter: one kind, or a list, tuple or set of kinds (any of them); None means every kind."""
+    if kinds is None:
+        return None
+    if isinstance(kinds, str):
+        return [check_text(kinds, "kinds")]
+    if not isinstance(kinds, list | tuple | set | frozenset):
+        raise ValidationError(f"kinds must be a kind or a list of kinds, got {type(kinds).__name__}")
+    wanted = [check_text(kind, "kinds") for kind in kinds]
+    return sorted(wanted) if isinstance(kinds, set | frozenset) else wanted
+
+
+def check_metadata_filter(metadata: object) -> dict[str, FilterValue] | None:
+    """A metadata filter: field name -> wanted value (a string, number or boolean) or a list of them (any of
+    them). A dict, None or a nested list is refused on every backend: no store has a way to match it."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise ValidationError(f"metadata filter must be a dict of field -> value, got {type(metadata).__name__}")
+    check_filters(metadata, "metadata filter")
+    return dict(metadata)

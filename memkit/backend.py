@@ -57,6 +57,7 @@ __all__ = [
     "StorageURL",
     "Vector",
     "Weights",
+    "check_filters",
     "check_key",
     "require_scope",
     "scope_matches",
@@ -142,10 +143,62 @@ class Weights(msgspec.Struct, frozen=True, kw_only=True):
     importance: float = 0.1
 
     def __post_init__(self) -> None:
+        # A memkit ValidationError (a ValueError: msgspec turns it into its own ValidationError when
+        # decoding). A str or a huge int once raised TypeError / OverflowError here.
         for name in ("similarity", "lexical", "recency", "importance"):
             value = getattr(self, name)
-            if not math.isfinite(value) or value < 0:
-                raise msgspec.ValidationError(f"weight {name} must be finite and >= 0, got {value}")
+            if not (_finite(value) and value >= 0):
+                raise ValidationError(f"weight {name} must be a finite number >= 0, got {value!r}")
+
+
+def _finite(value: object) -> bool:
+    """An int or float, not a bool, that is finite as a float."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _is_field_value(value: object) -> bool:
+    """What a filter can compare with a stored field, on every backend: a bool, an integer that fits in 64
+    bits, a finite float, text without NUL that is valid Unicode."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -(2**63) < value < 2**63
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str):
+        return "\x00" not in value and _encodable(value)
+    return False
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_filters(filters: object, what: str = "filters") -> None:
+    """The contract's rule for filters, checked before any backend sees them: a mapping of field name (text
+    without NUL) to a field value or a list/tuple of field values (any of them). A dict or a nested list is
+    refused (it once raised TypeError on the embedded backends and matched nothing on the servers)."""
+    if not isinstance(filters, Mapping):
+        raise ValidationError(f"{what} must be a mapping of field -> value, got {type(filters).__name__}")
+    for name, wanted in filters.items():
+        if not isinstance(name, str) or "\x00" in name or not _encodable(name):
+            raise ValidationError(f"{what}: field name {name!r} is not text without NUL")
+        values = wanted if isinstance(wanted, list | tuple) else (wanted,)
+        for value in values:
+            if not _is_field_value(value):
+                raise ValidationError(
+                    f"{what}: {name!r} wants {value!r:.60}; a filter value is a string, a number or a boolean "
+                    "(or a list of them, meaning any of them)"
+                )
 
 
 def require_scope(scope: Scope, all_scopes: bool) -> None:
@@ -181,6 +234,24 @@ class Query(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         require_scope(self.scope, self.all_scopes)
+        check_filters(self.filters)
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 0:
+            raise ValidationError(f"Query.k must be an integer >= 0, got {self.k!r}")
+        if not isinstance(self.weights, Weights):
+            raise ValidationError(f"Query.weights must be a Weights, got {type(self.weights).__name__}")
+        if self.text is not None and not isinstance(self.text, str):
+            raise ValidationError(f"Query.text must be a string or None, got {type(self.text).__name__}")
+        if not (_finite(self.now) and _finite(self.min_importance)):
+            raise ValidationError(f"Query.now and min_importance must be finite numbers, got {self.now!r}, "
+                                  f"{self.min_importance!r}")  # fmt: skip
+        if not (_finite(self.half_life_s) and self.half_life_s > 0):
+            raise ValidationError(f"Query.half_life_s must be a finite number > 0, got {self.half_life_s!r}")
+        if (
+            isinstance(self.min_score, bool)
+            or not isinstance(self.min_score, int | float)
+            or self.min_score != self.min_score
+        ):
+            raise ValidationError(f"Query.min_score must be a number (not NaN), got {self.min_score!r}")
 
 
 class Scores(msgspec.Struct, frozen=True, kw_only=True):

@@ -9,9 +9,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from memkit.embedders._base import Matrix
+from memkit.errors import ValidationError
 from memkit.text import tokenize
 
 __all__ = ["HashingEmbedder"]
+
+_MIN_DIM, _MAX_DIM = 8, 65_536
+"""Below 8 every text collides; above 65,536 a vector is 256 KiB and ``dim=10**12`` failed only at embed."""
 
 
 class HashingEmbedder:
@@ -22,8 +26,8 @@ class HashingEmbedder:
     """
 
     def __init__(self, dim: int = 384) -> None:
-        if dim < 8:
-            raise ValueError("dim must be >= 8")
+        if isinstance(dim, bool) or not isinstance(dim, int) or not _MIN_DIM <= dim <= _MAX_DIM:
+            raise ValidationError(f"HashingEmbedder dim must be an integer in {_MIN_DIM}..{_MAX_DIM}, got {dim!r}")
         self._dim = dim
 
     @property

@@ -28,7 +28,8 @@ _FALLBACK = (
 def resolve_embedder(choice: Embedder | Literal["auto", "local", "hashing"]) -> Embedder:
     """ "auto": the packaged local model when the ``local`` extra is installed, else hashing, loudly."""
     if not isinstance(choice, str):
-        if not isinstance(choice, Embedder):
+        # A class passes the runtime protocol check (it has the attributes), then fails at open.
+        if isinstance(choice, type) or not isinstance(choice, Embedder):
             raise ConfigurationError(f"embedder must be 'auto', 'local', 'hashing' or an Embedder, got {choice!r}")
         return choice
     if choice == "auto":

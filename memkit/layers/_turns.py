@@ -18,7 +18,9 @@ from typing import Any, Final
 import msgspec
 
 from memkit._time import new_id
+from memkit._validation import check_moment, check_text
 from memkit.backend import Scope
+from memkit.errors import ContentError, ValidationError
 from memkit.layers._keys import key_of, parse_key
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "TURN_KEY",
     "ThreadState",
     "Turn",
+    "check_turn",
     "contexts",
     "thread_id",
     "thread_state_key",
@@ -48,6 +51,20 @@ class Turn(msgspec.Struct, frozen=True, kw_only=True):
     at: datetime | None = None
     """When it was said (default: now); recency is measured from it."""
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+def check_turn(turn: Turn) -> None:
+    """A turn's own fields (its ``Speaker: text`` content is checked as content by the layer): msgspec does
+    not check types when a Turn is built, and ``Turn(speaker="Sam", text=None)`` once stored "Sam: None"."""
+    check_text(turn.speaker, "Turn.speaker")
+    if not isinstance(turn.text, str):
+        raise ContentError(f"Turn.text must be a string, got {type(turn.text).__name__}")
+    if not turn.text.strip():
+        raise ContentError("Turn.text is empty")
+    if turn.at is not None:
+        check_moment(turn.at, "Turn.at")
+    if turn.metadata is not None and not isinstance(turn.metadata, dict):
+        raise ValidationError(f"Turn.metadata must be a dict, got {type(turn.metadata).__name__}")
 
 
 class ThreadState(msgspec.Struct, kw_only=True):

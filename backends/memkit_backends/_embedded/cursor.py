@@ -38,6 +38,8 @@ def encode_scan_cursor(timestamp: float, record_id: str) -> str:
 
 def decode_scan_cursor(cursor: object) -> tuple[float, str]:
     timestamp, record_id = _decode(cursor, _scan_decoder)
+    if "\x00" in record_id:  # no id holds NUL (one rule on every backend): not a cursor memkit wrote
+        raise ValidationError(f"malformed cursor {str(cursor)[:40]!r}: pass back a next_cursor unchanged")
     return float(timestamp), record_id
 
 

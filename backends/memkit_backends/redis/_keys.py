@@ -75,6 +75,14 @@ def number(value: float) -> str:
     return repr(float(value))
 
 
+def _field_value(value: Any) -> Any:
+    """One digest per value the contract calls equal: an integral float matches the equal int (``1.0 == 1``,
+    as on every other backend), a bool stays a bool (``True`` is not ``1``, as in JSON)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def filter_tags(fields: Mapping[str, Any]) -> str:
     """The ``flt`` TAG field: a digest per scalar field, and one per tag of a tuple field, so a filter on a
     tag field matches a record when any of its tags is wanted (a scalar ``"a"`` and a tag ``"a"`` digest
@@ -84,7 +92,7 @@ def filter_tags(fields: Mapping[str, Any]) -> str:
         if isinstance(value, tuple | list):
             digests += [tag("f", key, item) for item in value]
         else:
-            digests.append(tag("f", key, value))
+            digests.append(tag("f", key, _field_value(value)))
     return ",".join(digests)
 
 
@@ -96,7 +104,7 @@ def query_clauses(scope: Scope | None, filters: Mapping[str, FilterValue] | None
                 clauses.append(f"@{field}:{{{scope_tag(value)}}}")
     for key, wanted in (filters or {}).items():
         values = wanted if isinstance(wanted, list | tuple) else (wanted,)
-        options = [tag("f", key, value) for value in values] or [tag("matches nothing")]
+        options = [tag("f", key, _field_value(value)) for value in values] or [tag("matches nothing")]
         clauses.append("@flt:{" + " | ".join(options) + "}")
     if now is not None:
         clauses.append(f"@exp:[({number(now)} +inf]")

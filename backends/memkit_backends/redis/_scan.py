@@ -46,7 +46,8 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
         timestamp, record_id = msgspec.json.decode(base64.urlsafe_b64decode(cursor.encode()))
     except (ValueError, TypeError, binascii.Error, msgspec.DecodeError) as exc:
         raise ValidationError(f"malformed scan cursor {cursor!r}") from exc
-    if not isinstance(timestamp, int | float) or not math.isfinite(timestamp) or not isinstance(record_id, str):
+    if (isinstance(timestamp, bool) or not isinstance(timestamp, int | float) or not math.isfinite(timestamp)
+            or not isinstance(record_id, str) or "\x00" in record_id):  # fmt: skip
         raise ValidationError(f"malformed scan cursor {cursor!r}")
     return float(timestamp), record_id
 

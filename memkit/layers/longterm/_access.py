@@ -26,11 +26,13 @@ class AccessTracker:
     def __init__(self, delay_s: float = 0.5) -> None:
         self._delay_s = delay_s
         self._pending: dict[tuple[int, str], tuple[RecordStore, Counter[str]]] = {}
+        self._writing: dict[tuple[int, str], tuple[RecordStore, Counter[str]]] = {}
+        """Taken by a flush and not yet written: still pending if that flush is cancelled."""
         self._wake = anyio.Event()
 
     @property
     def pending(self) -> int:
-        return sum(len(counts) for _, counts in self._pending.values())
+        return sum(len(counts) for batch in (self._pending, self._writing) for _, counts in batch.values())
 
     def touch(self, store: RecordStore, collection: str, ids: list[str]) -> None:
         _, counts = self._pending.setdefault((id(store), collection), (store, Counter()))
@@ -46,15 +48,19 @@ class AccessTracker:
             await self.flush()
 
     async def flush(self) -> None:
-        pending, self._pending = self._pending, {}
+        for key, (store, counts) in self._pending.items():
+            self._writing.setdefault(key, (store, Counter()))[1].update(counts)
+        self._pending = {}
         at = now_epoch()
-        for (_, collection), (store, counts) in pending.items():
+        for key, (store, counts) in list(self._writing.items()):
             try:
-                await store.touch(collection, dict(counts), at)
+                await store.touch(key[1], dict(counts), at)
             except Exception:  # statistics must never break the agent
                 log.exception("memkit: could not record access statistics for %d memories", len(counts))
+            del self._writing[key]
 
     def drop(self) -> int:
         """Forget what is pending (when closing ran out of time); returns how many memories it was for."""
-        dropped, self._pending = self.pending, {}
+        dropped = self.pending
+        self._pending, self._writing = {}, {}
         return dropped

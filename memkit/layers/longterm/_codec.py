@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from memkit._time import epoch, from_epoch, new_id, utcnow
+from memkit._validation import check_ttl
 from memkit.backend import FieldValue, FilterValue, Hit, Record, Scope
-from memkit.errors import CorruptDataError, ValidationError
+from memkit.errors import CorruptDataError
 from memkit.layers._keys import digest_of
 from memkit.layers._turns import TURN_KEY, Turn, thread_id, turn_key
 from memkit.layers.longterm._records import Memory, MemoryKind, RecallHit
@@ -106,7 +108,7 @@ def to_record(memory: Memory, vector: Any, stored: Record | None = None) -> Reco
     return Record(
         id=memory.id,
         scope=memory.scope,
-        body=_encode_memory(body),
+        body=_with_write_id(_encode_memory(body)),
         text=index_text(memory),
         vector=vector,
         importance=memory.importance,
@@ -116,13 +118,18 @@ def to_record(memory: Memory, vector: Any, stored: Record | None = None) -> Reco
     )
 
 
-def expiry(now: datetime, ttl: timedelta | float | None) -> datetime | None:
-    if ttl is None:
-        return None
-    delta = ttl if isinstance(ttl, timedelta) else timedelta(seconds=float(ttl))
-    if delta.total_seconds() <= 0:
-        raise ValidationError(f"ttl must be positive, got {ttl!r}")
-    return now + delta
+def _with_write_id(body: bytes) -> bytes:
+    """The body with a key of its own per write (ignored when decoding): compare-and-set reports success
+    when the stored body already equals the new one (a retried call), so two writers must never produce
+    byte-identical bodies. Without it, processes storing one sentence with one ``created_at`` were each
+    told they had created it."""
+    return body[:-1] + b',"_w":"' + os.urandom(8).hex().encode() + b'"}'
+
+
+def expiry(now: datetime, ttl: object) -> datetime | None:
+    """When a memory made at ``now`` with ``ttl`` expires; the ttl checked by the one rule (``check_ttl``)."""
+    delta = check_ttl(ttl, now)
+    return None if delta is None else now + delta
 
 
 def merge(existing: Memory, newer: Memory) -> Memory:

@@ -78,8 +78,10 @@ async def remove_turn_text(backend: Backend, collection: str, turn: Memory, cont
 async def _drop_from_context(backend: Backend, collection: str, record: Record, text: str, embed: Embed) -> None:
     async def change(current: Record) -> tuple[Record, None]:
         memory = decode(current)
-        lines = [line for line in (memory.context or "").split("\n") if line and line != text]
-        updated = msgspec.structs.replace(memory, context="\n".join(lines) or None)
+        # A context is earlier turns' contents joined by newlines, and a content may hold newlines itself:
+        # cut the text out whole, not line by line.
+        parts = [part.strip("\n") for part in (memory.context or "").split(text)]
+        updated = msgspec.structs.replace(memory, context="\n".join(p for p in parts if p) or None)
         [vector] = await embed([index_text(updated)])
         return to_record(updated, vector, current), None
 

@@ -13,13 +13,34 @@ import anyio
 import msgspec
 
 from memkit._time import epoch, now_epoch, utcnow
-from memkit._validation import check_content, check_importance, check_metadata, check_text, require_scope
+from memkit._validation import (
+    check_content,
+    check_flag,
+    check_importance,
+    check_int,
+    check_kind,
+    check_kinds,
+    check_metadata,
+    check_metadata_filter,
+    check_moment,
+    check_number,
+    check_text,
+    require_scope,
+)
 from memkit.backend import Backend, FilterValue, Query, Record, Scope, Weights
 from memkit.embedders import Embedder, as_unit_vectors
-from memkit.errors import ConfigurationError, EmbeddingError, InvalidVectorError, NotFoundError, ValidationError
+from memkit.errors import (
+    ConfigurationError,
+    EmbeddingError,
+    InvalidVectorError,
+    MemkitError,
+    NotFoundError,
+    ScopeError,
+    ValidationError,
+)
 from memkit.layers._cas import update_record
 from memkit.layers._keys import scope_key
-from memkit.layers._turns import Turn, turn_content
+from memkit.layers._turns import Turn, check_turn, turn_content
 from memkit.layers.longterm._access import AccessTracker
 from memkit.layers.longterm._codec import decode, expiry, index_text, to_hit, to_record, turn_memories
 from memkit.layers.longterm._codec import filters as build_filters
@@ -33,6 +54,9 @@ __all__ = ["LongTermMemory"]
 META_NAMESPACE: Final = "memkit.collections"
 """Per collection: the embedder whose vectors it holds (model id and dimension)."""
 _MAX_LIST_LIMIT = 1_000
+_MAX_CURSOR_CHARS = 16_384
+"""Longer than any cursor a backend makes (base64 of a timestamp and an id of at most 512 characters, each
+escaped as ``\\uXXXX`` at worst: ~4,100); the backend decodes and checks the rest."""
 _encode_meta = msgspec.json.Encoder().encode
 _decode_meta = msgspec.json.Decoder(dict[str, Any]).decode
 
@@ -69,8 +93,8 @@ class LongTermMemory:
     # -- lifecycle ------------------------------------------------------------------------------------
     async def setup(self) -> None:
         """Create the collection and check it holds vectors of this embedder (never a silent mix)."""
-        dim = int(self.embedder.dim)
-        wanted: dict[str, Any] = {"model_id": self.embedder.model_id, "dim": dim}
+        dim, model_id = _identity(self.embedder)
+        wanted: dict[str, Any] = {"model_id": model_id, "dim": dim}
         key = self._collection
         if not await self.backend.kv_replace(META_NAMESPACE, key, _encode_meta(wanted), expected=None):
             stored = _decode_meta(await self.backend.kv_get(META_NAMESPACE, key) or b"{}")
@@ -141,6 +165,9 @@ class LongTermMemory:
         rest. One result per item, in order; bad input raises before anything is written."""
         if isinstance(items, str) or not isinstance(items, Sequence):
             raise ValidationError("store_many takes a list of strings or NewMemory items")
+        for name, value in (("user_id", user_id), ("agent_id", agent_id), ("session_id", session_id)):
+            if value is not None:
+                check_text(value, name, error=ScopeError)
         default = Scope(user_id=user_id, agent_id=agent_id, session_id=session_id)
         return await self._store(plan_memories(items, default, self.config))
 
@@ -178,13 +205,11 @@ class LongTermMemory:
         """
         scope = require_scope(user_id, agent_id, session_id)
         importance = check_importance(importance)
-        thread = check_text(thread or session_id or "main", "thread")
-        if not isinstance(turns, Sequence) or not all(isinstance(t, Turn) for t in turns):
+        thread = check_text((session_id or "main") if thread is None else thread, "thread")
+        if isinstance(turns, str) or not isinstance(turns, Sequence) or not all(isinstance(t, Turn) for t in turns):
             raise ValidationError("add_turns takes a list of Turn")
         for turn in turns:
-            check_text(turn.speaker, "Turn.speaker")
-            if turn.at is not None:
-                epoch(turn.at)  # a naive datetime fails here, before anything is claimed
+            check_turn(turn)  # before anything is claimed
         contents = [check_content(turn_content(t), self.config.max_content_chars, "turn") for t in turns]
         metadata = [check_metadata(t.metadata) for t in turns]
         if not turns:
@@ -223,7 +248,7 @@ class LongTermMemory:
         if importance is not None:
             changes["importance"] = check_importance(importance)
         if kind is not None:
-            changes["kind"] = check_text(kind, "kind")
+            changes["kind"] = check_kind(kind)
         if metadata is not None:
             changes["metadata"] = check_metadata(metadata)
         now = utcnow()
@@ -306,12 +331,13 @@ class LongTermMemory:
     ) -> MemoryPage:
         """Memories in a scope, oldest first (or newest first); pass ``next_cursor`` back for the next page.
         The cursor visits each memory once even while others are stored or forgotten."""
-        scope = require_scope(user_id, agent_id, session_id, all_scopes=all_scopes)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _MAX_LIST_LIMIT:
-            raise ValidationError(f"limit must be an integer in 1..{_MAX_LIST_LIMIT}, got {limit!r}")
-        if cursor is not None and not isinstance(cursor, str):
-            raise ValidationError(f"cursor must be a string from a previous page, got {type(cursor).__name__}")
-        page = await self.backend.scan(self._collection, scope, filters=build_filters(kinds, metadata), limit=limit,
+        scope = require_scope(user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"))
+        limit = check_int(limit, "limit", 1, _MAX_LIST_LIMIT)
+        newest_first = check_flag(newest_first, "newest_first")
+        if cursor is not None:
+            cursor = check_text(cursor, "cursor", _MAX_CURSOR_CHARS)
+        wanted = build_filters(check_kinds(kinds), check_metadata_filter(metadata))
+        page = await self.backend.scan(self._collection, scope, filters=wanted, limit=limit,
                                        cursor=cursor, now=now_epoch(), newest_first=newest_first,
                                        all_scopes=all_scopes)  # fmt: skip
         return MemoryPage(memories=[decode(r) for r in page.records], next_cursor=page.next_cursor)
@@ -333,23 +359,19 @@ class LongTermMemory:
         all_scopes: bool = False,
     ) -> builtins.list[RecallHit]:
         """The ``k`` (default 5) memories that best match ``query``, best first, with per-signal scores."""
-        scope = require_scope(user_id, agent_id, session_id, all_scopes=all_scopes)
+        scope = require_scope(user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"))
         query_text = check_content(query, self.config.max_content_chars, "query")
-        k = self.config.default_k if k is None else k
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.config.max_k:
-            raise ValidationError(f"k must be an integer in 1..{self.config.max_k}, got {k!r}")
+        k = check_int(self.config.default_k if k is None else k, "k", 1, self.config.max_k)
         if weights is not None and not isinstance(weights, Weights):
             raise ValidationError(f"weights must be a memkit.Weights, got {type(weights).__name__}")
-        threshold = self.config.min_score if min_score is None else min_score
-        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)
-                                      or math.isnan(threshold)):  # fmt: skip
-            raise ValidationError(f"min_score must be a number, got {threshold!r}")
-        if as_of is not None and not isinstance(as_of, datetime):
-            raise ValidationError(f"as_of must be an aware datetime, got {type(as_of).__name__}")
+        threshold = self.config.min_score if min_score is None else check_number(min_score, "min_score")
+        if as_of is not None:
+            check_moment(as_of, "as_of")
+        wanted = build_filters(check_kinds(kinds), check_metadata_filter(metadata))
         [vector] = await self._embed([query_text])
         backend_query = Query(
             scope=scope, all_scopes=all_scopes, vector=vector, text=query_text,
-            filters=build_filters(kinds, metadata), k=k, weights=weights or self.config.weights,
+            filters=wanted, k=k, weights=weights or self.config.weights,
             now=now_epoch() if as_of is None else epoch(as_of), half_life_s=self.config.half_life_days * 86400.0,
             min_importance=check_importance(min_importance),
             min_score=-math.inf if threshold is None else float(threshold),
@@ -385,3 +407,20 @@ class LongTermMemory:
         if vectors.shape[0] != len(texts):
             raise EmbeddingError(f"embedder {model!r} returned {vectors.shape[0]} vectors for {len(texts)} texts")
         return vectors
+
+
+def _identity(embedder: Embedder) -> tuple[int, str]:
+    """The embedder's dimension and model id, checked before the collection records them."""
+    try:
+        dim, model_id = embedder.dim, embedder.model_id
+    except MemkitError:
+        raise
+    except Exception as exc:
+        raise EmbeddingError(f"embedder {type(embedder).__name__} cannot tell its dim or model_id: {exc}") from exc
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise EmbeddingError(f"embedder {model_id!r}: dim must be a positive integer, got {dim!r}")
+    try:
+        check_text(model_id, "model_id")
+    except ValidationError as exc:
+        raise EmbeddingError(f"embedder {type(embedder).__name__}: {exc}") from None
+    return dim, model_id

@@ -95,6 +95,8 @@ class MemoryPage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _MAX_K_LIMIT = 10_000
+_MAX_HALF_LIFE_DAYS = 1_000_000
+"""About 2,700 years: longer means no recency at all, and ``1e308`` days overflowed to an infinite half-life."""
 
 
 def _check_config(config: LongTermConfig) -> None:
@@ -105,20 +107,40 @@ def _check_config(config: LongTermConfig) -> None:
             raise ValidationError(f"LongTermConfig: {what}")
 
     def finite(value: object) -> bool:
-        return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        try:
+            return math.isfinite(value)
+        except OverflowError:  # an int too large for a float
+            return False
 
-    require(isinstance(config.collection, str) and bool(config.collection) and "\x00" not in config.collection,
-            "collection must be a non-empty string without NUL")  # fmt: skip
+    def integer(value: object, low: int, high: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+    collection = config.collection
+    require(isinstance(collection, str) and 0 < len(collection) <= 512 and "\x00" not in collection
+            and _encodable(collection), "collection must be a non-empty string of at most 512 characters, "
+            "without NUL, valid Unicode")  # fmt: skip
     require(finite(config.min_importance) and 0 <= config.min_importance <= 1, "min_importance must be in 0..1")
-    require(isinstance(config.max_content_chars, int) and 1 <= config.max_content_chars <= 1_000_000,
-            "max_content_chars must be an integer in 1..1,000,000")  # fmt: skip
+    require(integer(config.max_content_chars, 1, 1_000_000), "max_content_chars must be an integer in 1..1,000,000")
+    require(isinstance(config.dedupe, bool), "dedupe must be True or False")
     require(finite(config.merge_threshold) and 0 < config.merge_threshold <= 1, "merge_threshold must be in (0, 1]")
-    require(isinstance(config.max_k, int) and 1 <= config.max_k <= _MAX_K_LIMIT, f"max_k must be in 1..{_MAX_K_LIMIT}")
-    require(isinstance(config.default_k, int) and 1 <= config.default_k <= config.max_k,
-            "default_k must be in 1..max_k")  # fmt: skip
+    require(integer(config.max_k, 1, _MAX_K_LIMIT), f"max_k must be an integer in 1..{_MAX_K_LIMIT}")
+    require(integer(config.default_k, 1, config.max_k if integer(config.max_k, 1, _MAX_K_LIMIT) else 1),
+            "default_k must be an integer in 1..max_k")  # fmt: skip
     require(config.min_score is None or finite(config.min_score), "min_score must be a finite number or None")
-    require(finite(config.half_life_days) and config.half_life_days > 0, "half_life_days must be a positive number")
+    require(finite(config.half_life_days) and 0 < config.half_life_days <= _MAX_HALF_LIFE_DAYS,
+            f"half_life_days must be a number in (0, {_MAX_HALF_LIFE_DAYS:,}]")  # fmt: skip
+    require(isinstance(config.track_access, bool), "track_access must be True or False")
     require(finite(config.neighbour_weight) and config.neighbour_weight >= 0, "neighbour_weight must be >= 0")
-    require(isinstance(config.context_turns, int) and 0 <= config.context_turns <= 20, "context_turns must be in 0..20")
-    require(config.fusion in ("blend", "rrf"), "fusion must be 'blend' or 'rrf'")
+    require(integer(config.context_turns, 0, 20), "context_turns must be an integer in 0..20")
+    require(isinstance(config.fusion, str) and config.fusion in ("blend", "rrf"), "fusion must be 'blend' or 'rrf'")
     require(isinstance(config.weights, Weights), "weights must be a memkit.Weights")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -19,7 +19,15 @@ import msgspec
 import numpy as np
 
 from memkit._time import now_epoch, utcnow
-from memkit._validation import check_content, check_importance, check_metadata, check_text, require_scope
+from memkit._validation import (
+    check_content,
+    check_importance,
+    check_kind,
+    check_metadata,
+    check_moment,
+    check_text,
+    require_scope,
+)
 from memkit.backend import Backend, Record, Scope
 from memkit.errors import ValidationError
 from memkit.layers.longterm._codec import decode, dedupe_key, expiry, index_text, memory_id, merge, to_record
@@ -60,23 +68,23 @@ def plan_memories(
 
 
 def _plan_one(new: NewMemory, default: Scope, config: LongTermConfig, now: datetime) -> Memory | StoreResult:
-    scope = require_scope(new.user_id or default.user_id, new.agent_id or default.agent_id,
-                          new.session_id or default.session_id)  # fmt: skip
+    # An item's own id, even an empty (invalid) one, is never replaced by the call's.
+    pairs = ((new.user_id, default.user_id), (new.agent_id, default.agent_id), (new.session_id, default.session_id))
+    scope = require_scope(*(fallback if own is None else own for own, fallback in pairs))
     content = check_content(new.content, config.max_content_chars)
     context = None if new.context is None else check_content(new.context, config.max_content_chars, "context")
     importance = check_importance(new.importance)
-    kind = check_text(new.kind, "kind")
+    kind = check_kind(new.kind)
     source = None if new.source is None else check_text(new.source, "source")
     metadata = check_metadata(new.metadata)
     if importance < config.min_importance:
         reason = f"importance {importance} is below the configured minimum {config.min_importance}"
         return StoreResult(status="rejected", memory=None, reason=reason)
-    created = now if new.created_at is None else new.created_at
-    if not isinstance(created, datetime) or created.tzinfo is None:
-        raise ValidationError(f"created_at must be an aware datetime, got {created!r}")
+    created = now if new.created_at is None else check_moment(new.created_at, "created_at")
+    expires_at = expiry(created, new.ttl)
     return Memory(
         id=memory_id(scope, content), scope=scope, kind=kind, content=content, importance=importance,
-        source=source, created_at=created, updated_at=created, expires_at=expiry(created, new.ttl),
+        source=source, created_at=created, updated_at=created, expires_at=expires_at,
         metadata=metadata, context=context,
     )  # fmt: skip
 
