@@ -208,13 +208,18 @@ def require_scope(scope: Scope, all_scopes: bool) -> None:
 
 
 def check_key(namespace: str, key: str) -> None:
-    """The key-value face's one rule for names, on every backend: strings without NUL (Postgres text
-    cannot hold one). Layers build keys from user ids injectively (``memkit.layers._keys``)."""
+    """The key-value face's one rule for names, on every backend: valid Unicode strings without NUL (Postgres
+    text cannot hold NUL, and SQLite refused lone surrogates that memory:// kept). Layers build keys from
+    user ids injectively (``memkit.layers._keys``)."""
     for what, value in (("namespace", namespace), ("key", key)):
         if not isinstance(value, str):
             raise ValidationError(f"key-value {what} must be a string, got {type(value).__name__}")
         if "\x00" in value:
             raise ValidationError(f"key-value {what} {value!r} contains a NUL character")
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ValidationError(f"key-value {what} {value!r} is not valid Unicode (a lone surrogate)") from None
 
 
 class Query(msgspec.Struct, frozen=True, kw_only=True):

@@ -133,8 +133,9 @@ class KeyValueConformance:
         assert [k for k, _ in (await backend.kv_scan("a")).items] == sorted(["b\x01c", "b:c", "b\x1fc"])
 
     async def test_kv_refuses_nul_in_names(self, backend: Backend) -> None:
-        """One rule on every backend (Postgres text cannot hold NUL): refused before anything is written."""
-        for namespace, key in (("a\x00b", "c"), ("a", "b\x00c")):
+        """One rule on every backend (Postgres text cannot hold NUL; a lone surrogate is not text):
+        refused before anything is written."""
+        for namespace, key in (("a\x00b", "c"), ("a", "b\x00c"), ("a", "b\ud800"), ("a\udfff", "c")):
             with pytest.raises(ValidationError):
                 await backend.kv_set(namespace, key, b"v")
         assert (await backend.kv_scan("a")).items == []
