@@ -123,9 +123,7 @@ async def recall_overhead(mem: Any, items: list[tuple[str, str]], vectors: dict[
         api.append(time.perf_counter() - started)
         query = Query(scope=Scope(user_id=user), vector=vectors[text], k=10, now=time.time())
         want = collection._scope_want(query.scope)
-        w = query.weights
-        params = ScoreParams(query.now, query.half_life_s, 0.0, w.similarity, w.lexical, w.recency, w.importance,
-                             query.min_score)  # fmt: skip
+        params = ScoreParams.from_query(query)
         started = time.perf_counter()
         top_k(collection.columns(), params, 10, scope_want=want, query=query.vector)
         kernel.append(time.perf_counter() - started)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numba
 import numpy as np
@@ -15,6 +15,9 @@ import numpy.typing as npt
 
 from memkit.scoring import _kernels
 from memkit.scoring._reference import reference_top_k
+
+if TYPE_CHECKING:
+    from memkit.backend import Query
 
 __all__ = [
     "PARALLEL_MIN_ROWS",
@@ -73,6 +76,13 @@ class ScoreParams(NamedTuple):
     w_recency: float
     w_importance: float
     min_score: float
+
+    @classmethod
+    def from_query(cls, query: Query) -> ScoreParams:
+        """The kernel's parameters for a backend query: built in one place for every backend."""
+        w = query.weights
+        return cls(query.now, query.half_life_s, query.min_importance, w.similarity, w.lexical, w.recency,
+                   w.importance, query.min_score)  # fmt: skip
 
 
 class TopK(NamedTuple):

@@ -29,7 +29,6 @@ from memkit.errors import DimensionMismatchError, ValidationError
 from memkit.scoring import Columns, ScoreParams, StorageDtype, encode_vectors, top_k
 from memkit.scoring._lexical import Bm25Index
 from memkit.text import tokenize
-from memkit_backends._embedded.cursor import decode_scan_cursor, encode_scan_cursor
 from memkit_backends._embedded.indexes import (
     FieldKey,
     ScopeInterner,
@@ -50,6 +49,19 @@ _ROW_COLUMNS = (
     "_vectors", "_scales", "_importance", "_timestamps", "_expires", "_alive", "_access", "_last_access", "_has_vector",
 )  # fmt: skip
 """Arrays indexed by row first; ``_scope`` (3 x capacity) is the one indexed by row last."""
+
+
+def _scaled_external(raw: Mapping[str, float], row_of: Mapping[str, int], n: int) -> npt.NDArray[np.float32] | None:
+    """Another index's raw text scores (SQLite's FTS5) as a column scaled to 0..1 by the best one."""
+    top = max(raw.values(), default=0.0)
+    if top <= 0:
+        return None
+    lexical = np.zeros(n, np.float32)
+    for record_id, score in raw.items():
+        row = row_of.get(record_id)
+        if row is not None:
+            lexical[row] = score / top
+    return lexical
 
 
 def _bare(record: Record, dtype: StorageDtype) -> Record:
@@ -411,45 +423,22 @@ class ColumnarCollection:
         newest_first: bool = False,
     ) -> Page:
         """One page ordered by (timestamp, id), keyset-paginated: the cursor is the last pair seen."""
-        if limit < 1:
-            raise ValidationError(f"scan limit must be >= 1, got {limit}")
-        after = None if cursor is None else decode_scan_cursor(cursor)
-        rows = self.matching_rows(scope, filters, now)
-        if after is not None:
-            rows = self._beyond(rows, after, newest_first)
-        more = rows.shape[0] > limit
-        timestamps = self._timestamps[rows]
-        if more:  # keep the `limit` first timestamps (and their ties) before sorting anything
-            key = -timestamps if newest_first else timestamps
-            kth = np.partition(key, limit - 1)[limit - 1]
-            keep = key <= kth
-            rows, timestamps = rows[keep], timestamps[keep]
-        ordered = sorted(
-            zip(timestamps.tolist(), [self._id(row) for row in rows.tolist()], rows.tolist(), strict=True),
-            reverse=newest_first,
-        )[:limit]
-        records = [self._out(row) for _, _, row in ordered]
-        next_cursor = encode_scan_cursor(ordered[-1][0], ordered[-1][1]) if more else None
-        return Page(records=records, next_cursor=next_cursor)
+        from memkit_backends._embedded.scan import scan_page  # scan.py imports this module
+
+        return scan_page(self, self.matching_rows(scope, filters, now), limit, cursor, newest_first)
 
     def ids_of(self, rows: npt.NDArray[np.int64]) -> list[str]:
         return [self._id(row) for row in rows.tolist()]
 
+    def timestamps_of(self, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        return self._timestamps[rows]
+
+    def record_at(self, row: int) -> Record:
+        return self._out(row)
+
     def _id(self, row: int) -> str:
         record = self._records[row]
         return "" if record is None else record.id
-
-    def _beyond(
-        self, rows: npt.NDArray[np.int64], after: tuple[float, str], newest_first: bool
-    ) -> npt.NDArray[np.int64]:
-        """The rows strictly after the cursor's (timestamp, id) in scan order."""
-        timestamps = self._timestamps[rows]
-        last_ts, last_id = after
-        keep = timestamps < last_ts if newest_first else timestamps > last_ts
-        for i in np.flatnonzero(timestamps == last_ts).tolist():  # ties on the timestamp: compare ids
-            record_id = self._id(int(rows[i]))
-            keep[i] = record_id < last_id if newest_first else record_id > last_id
-        return rows[keep]
 
     def expired_ids(self, now: float) -> list[str]:
         n = len(self._records)
@@ -471,24 +460,14 @@ class ColumnarCollection:
             extra_mask = np.zeros(n, np.uint8)
             extra_mask[np.fromiter(allowed, np.int64, len(allowed))] = 1
         if external_lexical is not None:
-            lexical = self._external_lexical(external_lexical, n)
+            lexical = _scaled_external(external_lexical, self._row_of, n)
         else:
             lexical = self._lexical_scores(query.text, want, n) if query.text else None
         if query.vector is not None and self.dim is not None and query.vector.shape[0] != self.dim:
             raise DimensionMismatchError(
                 f"query vector has {query.vector.shape[0]} dimensions; collection has {self.dim}"
             )
-        weights = query.weights
-        params = ScoreParams(
-            query.now,
-            query.half_life_s,
-            query.min_importance,
-            weights.similarity,
-            weights.lexical,
-            weights.recency,
-            weights.importance,
-            query.min_score,
-        )
+        params = ScoreParams.from_query(query)
         vector = query.vector if self.dim else None
         best = top_k(self.columns(), params, query.k, scope_want=want, query=vector, lexical=lexical,
                      extra_mask=extra_mask)  # fmt: skip
@@ -510,17 +489,6 @@ class ColumnarCollection:
             return None
         raw /= top
         return raw
-
-    def _external_lexical(self, raw: Mapping[str, float], n: int) -> npt.NDArray[np.float32] | None:
-        top = max(raw.values(), default=0.0)
-        if top <= 0:
-            return None
-        lexical = np.zeros(n, np.float32)
-        for record_id, score in raw.items():
-            row = self._row_of.get(record_id)
-            if row is not None:
-                lexical[row] = score / top
-        return lexical
 
     def _hit(
         self, row: int, final: float, sim: float, lexical: npt.NDArray[np.float32] | None, params: ScoreParams

@@ -113,9 +113,7 @@ class Candidates:
         lexical = None
         if query.text and top_lexical > 0:
             lexical = (np.array([self.lexical.get(i, 0.0) for i in ids]) / top_lexical).astype(np.float32)
-        w = query.weights
-        params = ScoreParams(query.now, query.half_life_s, query.min_importance, w.similarity, w.lexical,
-                             w.recency, w.importance, query.min_score)  # fmt: skip
+        params = ScoreParams.from_query(query)
         best = top_k(columns, params, query.k, query=_ONE if query.vector is not None else None, lexical=lexical)
         rows = best.rows.tolist()
         recency = _recency(table[rows, _TIMESTAMP], query).tolist()
