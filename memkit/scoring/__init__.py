@@ -44,6 +44,7 @@ _parallel_lock = threading.Lock()
 _CHUNKS_PER_THREAD = 2
 _EMPTY_F32 = np.zeros(0, dtype=np.float32)
 _EMPTY_U8 = np.zeros(0, dtype=np.uint8)
+_EMPTY_I64 = np.zeros(0, dtype=np.int64)
 
 
 def set_threads(n: int) -> None:
@@ -117,20 +118,24 @@ def top_k(
     query: npt.NDArray[np.float32] | None = None,
     lexical: npt.NDArray[np.float32] | None = None,
     extra_mask: npt.NDArray[np.uint8] | None = None,
+    rows: npt.NDArray[np.int64] | None = None,
     threads: int | None = None,
 ) -> TopK:
-    """Best ``k`` rows by the fused hybrid score, best first."""
-    n_threads = threads or (_settings["threads"] if columns.n_rows >= PARALLEL_MIN_ROWS else 1)
+    """Best ``k`` rows by the fused hybrid score, best first. ``rows``: score only these (ascending, each
+    below ``columns.n_rows``), for a store that indexes its scopes; every other mask still applies."""
+    n_scanned = columns.n_rows if rows is None else int(rows.shape[0])
+    n_threads = threads or (_settings["threads"] if n_scanned >= PARALLEL_MIN_ROWS else 1)
     n_threads = max(1, min(n_threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
     # Several chunks per thread, handed out dynamically: a thread slowed by a busy core
     # takes fewer chunks instead of making the whole call wait for it.
-    n_chunks = 1 if n_threads == 1 else min(n_threads * _CHUNKS_PER_THREAD, columns.n_rows)
+    n_chunks = 1 if n_threads == 1 else min(n_threads * _CHUNKS_PER_THREAD, n_scanned)
     heap_scores = np.full((n_chunks, k), -np.inf, dtype=np.float32)
     heap_rows = np.full((n_chunks, k), -1, dtype=np.int64)
     heap_sims = np.zeros((n_chunks, k), dtype=np.float32)
     counts = np.zeros(n_chunks, dtype=np.int64)
     args = (
-        columns.n_rows,
+        n_scanned,
+        _EMPTY_I64 if rows is None else np.ascontiguousarray(rows, dtype=np.int64),
         columns.vectors,
         columns.scales,
         _EMPTY_F32 if query is None else np.ascontiguousarray(query, dtype=np.float32),
@@ -148,7 +153,7 @@ def top_k(
         heap_sims,
         counts,
     )
-    if k <= 0 or columns.n_rows == 0:
+    if k <= 0 or n_scanned == 0:
         return TopK(np.zeros(0, np.int64), np.zeros(0, np.float32), np.zeros(0, np.float32))
     if n_chunks == 1:
         _kernels.scan_serial(*args)

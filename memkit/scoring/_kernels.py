@@ -7,6 +7,8 @@ masks (alive, scope, expiry, minimum importance, optional extra mask),
     recency = 0.5 ** (age / half_life)
 
 and keeps the top k in a small min-heap, so nothing of size N is allocated.
+Given a list of candidate rows (a scope's, from the store's index), the pass
+reads only those: at 100k rows a 1,000-row scope costs 1% of the full pass.
 Rows the mask rejects never pay for their dot product, which is what makes
 per-user scoping cheap. Vectors are float32, float16 (stored as raw uint16
 bits, widened by an LLVM ``fpext`` that compiles to F16C) or int8 with a
@@ -118,7 +120,7 @@ def _heap_push(heap_scores: Any, heap_rows: Any, heap_sims: Any, count: int, sco
 
 @njit(cache=True, fastmath=True, nogil=True)
 def _scan_range(
-    start: int, stop: int, vectors: Any, scales: Any, query: Any, lexical: Any, importance: Any,
+    start: int, stop: int, rows: Any, vectors: Any, scales: Any, query: Any, lexical: Any, importance: Any,
     timestamps: Any, expires: Any, alive: Any, scope_cols: Any, scope_want: Any, extra_mask: Any,
     params: Any, heap_scores: Any, heap_rows: Any, heap_sims: Any,
 ) -> int:  # fmt: skip
@@ -134,7 +136,9 @@ def _scan_range(
     k = heap_scores.shape[0]
     # The heap's minimum, kept in a register: most rows lose to it and never touch the heap.
     threshold = -np.inf
-    for i in range(start, stop):
+    has_rows = rows.shape[0] > 0
+    for j in range(start, stop):
+        i = rows[j] if has_rows else j
         if not alive[i]:
             continue
         if want_u >= 0 and scope_cols[0, i] != want_u:
@@ -168,19 +172,19 @@ def _scan_range(
 
 @njit(cache=True, fastmath=True, nogil=True)
 def scan_serial(
-    n_rows: int, vectors: Any, scales: Any, query: Any, lexical: Any, importance: Any, timestamps: Any,
+    n_rows: int, rows: Any, vectors: Any, scales: Any, query: Any, lexical: Any, importance: Any, timestamps: Any,
     expires: Any, alive: Any, scope_cols: Any, scope_want: Any, extra_mask: Any, params: Any,
     heap_scores: Any, heap_rows: Any, heap_sims: Any, counts: Any,
 ) -> None:  # fmt: skip
     counts[0] = _scan_range(
-        0, n_rows, vectors, scales, query, lexical, importance, timestamps, expires, alive,
+        0, n_rows, rows, vectors, scales, query, lexical, importance, timestamps, expires, alive,
         scope_cols, scope_want, extra_mask, params, heap_scores[0], heap_rows[0], heap_sims[0],
     )  # fmt: skip
 
 
 @njit(cache=True, fastmath=True, nogil=True, parallel=True)
 def scan_parallel(
-    n_rows: int, vectors: Any, scales: Any, query: Any, lexical: Any, importance: Any, timestamps: Any,
+    n_rows: int, rows: Any, vectors: Any, scales: Any, query: Any, lexical: Any, importance: Any, timestamps: Any,
     expires: Any, alive: Any, scope_cols: Any, scope_want: Any, extra_mask: Any, params: Any,
     heap_scores: Any, heap_rows: Any, heap_sims: Any, counts: Any,
 ) -> None:  # fmt: skip
@@ -190,7 +194,7 @@ def scan_parallel(
         start = c * chunk
         stop = min(n_rows, start + chunk)
         counts[c] = _scan_range(
-            start, stop, vectors, scales, query, lexical, importance, timestamps, expires, alive,
+            start, stop, rows, vectors, scales, query, lexical, importance, timestamps, expires, alive,
             scope_cols, scope_want, extra_mask, params, heap_scores[c], heap_rows[c], heap_sims[c],
         )  # fmt: skip
 

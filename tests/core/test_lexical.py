@@ -59,3 +59,22 @@ def test_matches_reference(ops: list[tuple[str, int, list[str]]], query: list[st
 def test_tokenizer_stems_and_drops_stop_words() -> None:
     assert tokenize("The runners were running to the RUNNING track!") == ["runner", "run", "run", "track"]
     assert tokenize("") == [] and tokenize("the and of") == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(operation, max_size=60), query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+       keep=st.sets(st.integers(0, 30)))  # fmt: skip
+def test_scoring_candidate_rows_keeps_their_scores_and_zeroes_the_rest(
+    ops: list[tuple[str, int, list[str]]], query: list[str], keep: set[int]
+) -> None:
+    """Scoring a scope's rows only: the same scores there (IDF is the whole index's), nothing elsewhere."""
+    index = Bm25Index()
+    for op, row, tokens in ops:
+        index.add(row, tokens) if op == "add" else index.remove(row)
+    rows = np.array(sorted(keep), np.int64)
+    everything, _ = index.score(query, 31)
+    got, matched = index.score(query, 31, rows)
+    want = np.zeros(31, np.float32)
+    want[rows] = everything[rows]
+    np.testing.assert_array_equal(got, want)
+    assert matched == bool(want.any())

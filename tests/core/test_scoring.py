@@ -125,3 +125,20 @@ def test_kernels_load_from_cache_in_a_fresh_process() -> None:
     runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True) for _ in (0, 1)]
     hits, misses = map(int, runs[1].stdout.split())
     assert hits >= 1 and misses == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 300), k=st.integers(1, 20), threads=st.sampled_from([1, 2]))
+def test_candidate_rows_score_as_a_mask_of_those_rows(seed: int, n: int, k: int, threads: int) -> None:
+    """A store that indexes its scopes hands the kernel their rows: the same answer as masking the rest."""
+    columns = make_columns(seed, n, 16)
+    rng = np.random.default_rng(seed + 2)
+    rows = np.flatnonzero(rng.random(n) > 0.6).astype(np.int64)
+    mask = np.zeros(n, np.uint8)
+    mask[rows] = 1
+    query = rng.standard_normal(16).astype(np.float32)
+    got = top_k(columns, params(), k, scope_want=(1, -1, -1), query=query, rows=rows, threads=threads)
+    want = top_k(columns, params(), k, scope_want=(1, -1, -1), query=query, extra_mask=mask, threads=threads)
+    assert got.rows.tolist() == want.rows.tolist()
+    np.testing.assert_array_equal(got.final, want.final)
+    assert top_k(columns, params(), k, query=query, rows=np.zeros(0, np.int64)).rows.shape == (0,)

@@ -8,13 +8,26 @@ inverted index: one key per scalar, one per tag of a tuple.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Literal, TypeAlias
 
-from memkit.backend import FieldValue, FilterValue, Record
-from memkit.errors import ValidationError
+import numpy as np
+import numpy.typing as npt
 
-__all__ = ["FieldKey", "ScopeInterner", "check_record", "field_keys", "filter_keys", "replace_verdict"]
+from memkit.backend import FieldValue, FilterValue, Record
+from memkit.errors import DimensionMismatchError, ValidationError
+
+__all__ = [
+    "FieldKey",
+    "ScopeInterner",
+    "ScopeRows",
+    "check_record",
+    "dim_after",
+    "field_keys",
+    "filter_keys",
+    "replace_verdict",
+    "require_dim",
+]
 
 FieldKey: TypeAlias = tuple[str, FieldValue, bool]
 """(field name, value, value is a bool): ``True == 1`` in Python, but a filter ``{"n": 1}`` must not match
@@ -34,6 +47,28 @@ def filter_keys(name: str, wanted: FilterValue) -> list[FieldKey]:
     """The keys any of which a record must have to pass one filter (a list or tuple means "any of")."""
     values = wanted if isinstance(wanted, list | tuple) else (wanted,)
     return [(name, value, isinstance(value, bool)) for value in values]
+
+
+def require_dim(name: str, have: int | None, want: int) -> None:
+    if have is not None and have != want:
+        raise DimensionMismatchError(f"collection {name!r} holds {have}-dimensional vectors, not {want}")
+
+
+def dim_after(records: Iterable[Record], dim: int | None) -> int | None:
+    """A collection's dimension (``dim``, None for none yet) after ``records``; raises on a record it cannot
+    hold (a dimension mismatch, NaN or infinity in its numbers or fields)."""
+    for record in records:
+        check_record(record)
+        if record.vector is None:
+            continue
+        have = int(record.vector.shape[0])
+        if dim is None:
+            dim = have
+        elif have != dim:
+            raise DimensionMismatchError(
+                f"record {record.id!r} has a {have}-dimensional vector; this collection holds {dim}"
+            )
+    return dim
 
 
 def check_record(record: Record) -> None:
@@ -122,3 +157,82 @@ class ScopeInterner:
         if value is None:
             return -1
         return self._codes.get(value)
+
+
+class _SortedRows:
+    """Ascending row numbers in a growable array: new rows are the collection's highest, so an add is an
+    append; a remove (or a rewrite into another scope) shifts the tail."""
+
+    __slots__ = ("_rows", "_size")
+
+    def __init__(self) -> None:
+        self._rows = np.empty(16, np.int64)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, row: int) -> None:
+        size = self._size
+        if size == self._rows.shape[0]:
+            self._rows = np.concatenate([self._rows, np.empty(size, np.int64)])
+        if size == 0 or row > self._rows[size - 1]:
+            self._rows[size] = row
+        else:
+            at = int(np.searchsorted(self._rows[:size], row))
+            if at < size and self._rows[at] == row:
+                return
+            self._rows[at + 1 : size + 1] = self._rows[at:size]
+            self._rows[at] = row
+        self._size = size + 1
+
+    def remove(self, row: int) -> None:
+        size = self._size
+        at = int(np.searchsorted(self._rows[:size], row))
+        if at < size and self._rows[at] == row:
+            self._rows[at : size - 1] = self._rows[at + 1 : size]
+            self._size = size - 1
+
+    def view(self) -> npt.NDArray[np.int64]:
+        rows = self._rows[: self._size]
+        rows.flags.writeable = False
+        return rows
+
+
+_NONE = np.zeros(0, np.int64)
+_NONE.flags.writeable = False
+
+
+class ScopeRows:
+    """Rows per interned scope id, one map per axis (user, agent, session): a scope's rows without a pass
+    over the collection. At 100k rows of 100 users, finding the 1,000 rows of one user read every row's
+    scope (0.27 ms, 100 times per stored batch); as a set it was 45 us to turn into an array."""
+
+    def __init__(self) -> None:
+        self._axes: tuple[dict[int, _SortedRows], ...] = ({}, {}, {})
+
+    def add(self, row: int, codes: Sequence[int]) -> None:
+        for axis, code in zip(self._axes, codes, strict=True):
+            if code >= 0:
+                found = axis.get(code)
+                if found is None:
+                    found = axis[code] = _SortedRows()
+                found.add(row)
+
+    def remove(self, row: int, codes: Sequence[int]) -> None:
+        for axis, code in zip(self._axes, codes, strict=True):
+            rows = axis.get(code)
+            if rows is not None:
+                rows.remove(row)
+                if not len(rows):
+                    del axis[code]
+
+    def smallest(self, want: Sequence[int]) -> npt.NDArray[np.int64] | None:
+        """The fewest rows (ascending, read-only) that hold every wanted id: a superset, whose other axes
+        still need their check; None when no axis is asked for (every row is a candidate)."""
+        asked = [self._axes[axis].get(code) for axis, code in enumerate(want) if code >= 0]
+        if not asked:
+            return None
+        if any(rows is None for rows in asked):
+            return _NONE
+        return min((rows for rows in asked if rows is not None), key=len).view()

@@ -59,23 +59,34 @@ class InProcessCollections:
             ColumnarCollection.require_dim(name, found.dim, dim)
             found.set_dim(dim)
 
-    async def run(self, name: str, action: Callable[[ColumnarCollection], T], *, scans: bool = False) -> T:
+    async def run(
+        self, name: str, action: Callable[[ColumnarCollection], T], *, scans: bool = False, scope: Scope | None = None
+    ) -> T:
         """``action`` on the collection (created if missing), under its lock: read-compare-write inside
-        one action is atomic for every task of this process, the only ones that see ``memory://``."""
+        one action is atomic for every task of this process, the only ones that see ``memory://``. A scan
+        of one ``scope`` reads that scope's rows only: its size, not the collection's, decides the thread."""
         lock = self._locks.get(name)
         if lock is None:
             lock = self._locks[name] = anyio.Lock()
         async with lock:
             found = self.collection(name)
-            if scans and len(found) >= OFFLOAD_MIN_ROWS:
+            if scans and (len(found) if scope is None else found.scope_size(scope)) >= OFFLOAD_MIN_ROWS:
                 return await anyio.to_thread.run_sync(action, found)
             return action(found)
 
-    async def read(self, name: str, action: Callable[[ColumnarCollection], T], missing: T, *, scans: bool = False) -> T:
+    async def read(
+        self,
+        name: str,
+        action: Callable[[ColumnarCollection], T],
+        missing: T,
+        *,
+        scans: bool = False,
+        scope: Scope | None = None,
+    ) -> T:
         """Like ``run``, but a collection that does not exist answers ``missing`` and is not created."""
         if name not in self.collections:
             return missing
-        return await self.run(name, action, scans=scans)
+        return await self.run(name, action, scans=scans, scope=scope)
 
 
 class MemoryBackend(Backend):
@@ -109,7 +120,7 @@ class MemoryBackend(Backend):
         return len(await self._store.read(collection, lambda c: c.delete(ids, scope), []))
 
     async def query(self, collection: str, query: Query) -> list[Hit]:
-        return await self._store.read(collection, lambda c: c.query(query), [], scans=True)
+        return await self._store.read(collection, lambda c: c.query(query), [], scans=True, scope=query.scope)
 
     async def scan(
         self,
@@ -129,6 +140,7 @@ class MemoryBackend(Backend):
             lambda c: c.scan(scope, filters, limit, cursor, now, newest_first=newest_first),
             Page(records=[]),
             scans=not filters,  # with filters the inverted index gives the rows: no scan
+            scope=scope,
         )
 
     async def count(
@@ -141,7 +153,9 @@ class MemoryBackend(Backend):
         all_scopes: bool = False,
     ) -> int:
         require_scope(scope, all_scopes)
-        return await self._store.read(collection, lambda c: c.count(scope, filters, now), 0, scans=not filters)
+        return await self._store.read(
+            collection, lambda c: c.count(scope, filters, now), 0, scans=not filters, scope=scope
+        )
 
     async def delete_expired(self, collection: str, now: float) -> int:
         return len(await self._store.read(collection, lambda c: c.delete(c.expired_ids(now)), [], scans=True))
