@@ -209,6 +209,27 @@ def require_scope(
     return Scope(user_id=user_id, agent_id=agent_id, session_id=session_id)
 
 
+def read_scope(
+    user_id: str | None,
+    agent_id: str | None,
+    session_id: str | None,
+    *,
+    all_scopes: bool = False,
+    empty_ok: bool = True,
+) -> Scope:
+    """The scope of a call that reads or deletes stored memories. Without a user id, an agent id matches
+    what every user stored with that agent: reading across users takes ``all_scopes=True``, never an
+    omission. ``empty_ok=False``: ``all_scopes`` widens an agent's scope but never allows no id at all
+    (calls that name or delete memories)."""
+    scope = require_scope(user_id, agent_id, session_id, all_scopes=all_scopes and empty_ok)
+    if user_id is None and agent_id is not None and not all_scopes:
+        raise ScopeError(
+            f"agent_id={agent_id!r} without user_id matches the memories of every user this agent served; "
+            "pass user_id= for one user's, or all_scopes=True to read across users on purpose"
+        )
+    return scope
+
+
 def check_text(
     value: object,
     what: str,

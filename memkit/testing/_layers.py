@@ -40,6 +40,28 @@ class LongTermConformance:
         hits = await lt.recall("hiking", all_scopes=True, k=10)
         assert {h.memory.scope.user_id for h in hits} == {"ada", "bob"}
 
+    async def test_an_agent_id_alone_reads_across_users_only_when_asked(self, backend: Backend) -> None:
+        """An agent id without a user matches what every user stored with that agent: reads and deletes by it
+        need ``all_scopes=True``, stores do not (the agent's own memories)."""
+        lt = await _layer(backend)
+        ada = await lt.store("Ada's flight is on Friday", user_id="ada", agent_id="bot")
+        await lt.store("Bob's flight is on Monday", user_id="bob", agent_id="bot")
+        own = await lt.store("Flights can be rebooked for free", agent_id="bot")
+        assert ada.memory is not None and own.memory is not None
+        ada_id = ada.memory.id
+        refused = [lt.recall("flight", agent_id="bot"), lt.list(agent_id="bot"), lt.get(ada_id, agent_id="bot"),
+                   lt.forget(ada_id, agent_id="bot"), lt.forget_all(agent_id="bot"),
+                   lt.update(ada_id, agent_id="bot", importance=0.9), lt.forget_all(all_scopes=True)]  # fmt: skip
+        for call in refused:
+            with pytest.raises(ScopeError):
+                await call
+        assert (await lt.get(ada_id, user_id="ada", agent_id="bot")).importance == 0.5  # nothing changed
+        hits = await lt.recall("flight", agent_id="bot", all_scopes=True, k=10)
+        assert {h.memory.scope.user_id for h in hits} == {"ada", "bob", None}
+        assert (await lt.get(ada_id, agent_id="bot", all_scopes=True)).content == "Ada's flight is on Friday"
+        assert len((await lt.list(agent_id="bot", all_scopes=True)).memories) == 3
+        assert await lt.forget_all(agent_id="bot", all_scopes=True) == 3
+
     async def test_duplicates_and_merges(self, backend: Backend) -> None:
         lt = await _layer(backend)
         first = await lt.store("I live in Berlin.", user_id="u", importance=0.4)

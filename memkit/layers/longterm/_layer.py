@@ -25,6 +25,7 @@ from memkit._validation import (
     check_moment,
     check_number,
     check_text,
+    read_scope,
     require_scope,
 )
 from memkit.backend import Backend, FilterValue, Query, Record, Scope, Weights
@@ -61,11 +62,17 @@ _encode_meta = msgspec.json.Encoder().encode
 _decode_meta = msgspec.json.Decoder(dict[str, Any]).decode
 
 
+def _named_scope(user_id: str | None, agent_id: str | None, session_id: str | None, all_scopes: object) -> Scope:
+    """The scope of a call that names or deletes memories: ``all_scopes`` widens an agent's, never to none."""
+    return read_scope(user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"), empty_ok=False)
+
+
 class LongTermMemory:
     """Per-user (or per-agent) long-term memory over any backend.
 
     Every call needs ``user_id`` or ``agent_id`` (optionally ``session_id``); searching all scopes needs
-    ``all_scopes=True``.
+    ``all_scopes=True``, and so does reading or deleting by an agent id without a user (it would match
+    every user's memories with that agent).
     """
 
     name = "long_term"
@@ -238,9 +245,12 @@ class LongTermMemory:
         kind: MemoryKind | None = None,
         metadata: dict[str, Any] | None = None,
         ttl: timedelta | float | None = None,
+        all_scopes: bool = False,
     ) -> Memory:
         """Change fields of one memory; content changes are re-embedded."""
-        scope = require_scope(user_id, agent_id, session_id)
+        scope = read_scope(
+            user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"), empty_ok=False
+        )
         memory_id = check_text(memory_id, "memory_id")
         changes: dict[str, Any] = {}
         if content is not None:
@@ -264,18 +274,27 @@ class LongTermMemory:
             return to_record(updated, current.vector if vector is None else vector[0], current), updated
 
         async with self._scope_lock(scope):
-            await self.get(memory_id, user_id=scope.user_id, agent_id=scope.agent_id, session_id=session_id)
+            await self.get(memory_id, user_id=scope.user_id, agent_id=scope.agent_id, session_id=session_id,
+                           all_scopes=all_scopes)  # fmt: skip
             updated = await update_record(self.backend, self._collection, memory_id, scope, change)
         if updated is None:
             raise NotFoundError(f"memory {memory_id!r} was forgotten while being updated")
         return updated
 
     async def forget(
-        self, memory_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+        self,
+        memory_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        all_scopes: bool = False,
     ) -> bool:
         """Delete one memory, and every copy of its text (a turn's text in later turns' context and in its
         thread's state)."""
-        scope = require_scope(user_id, agent_id, session_id)
+        scope = read_scope(
+            user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"), empty_ok=False
+        )
         memory_id = check_text(memory_id, "memory_id")
         async with self._scope_lock(scope):
             found = await self.backend.get(self._collection, [memory_id], scope)
@@ -287,10 +306,18 @@ class LongTermMemory:
             return True
 
     async def forget_all(
-        self, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+        self,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        all_scopes: bool = False,
     ) -> int:
-        """Delete every memory of a user (or agent, or session) and its conversation state; returns how many."""
-        scope = require_scope(user_id, agent_id, session_id)
+        """Delete every memory of a user (or session) and its conversation state; returns how many. An agent
+        id alone deletes what every user stored with that agent, so it takes ``all_scopes=True``."""
+        scope = read_scope(
+            user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"), empty_ok=False
+        )
         total = 0
         async with self._scope_lock(scope):
             while True:
@@ -307,9 +334,17 @@ class LongTermMemory:
 
     # -- reads ------------------------------------------------------------------------------------------
     async def get(
-        self, memory_id: str, *, user_id: str | None = None, agent_id: str | None = None, session_id: str | None = None
+        self,
+        memory_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        all_scopes: bool = False,
     ) -> Memory:
-        scope = require_scope(user_id, agent_id, session_id)
+        scope = read_scope(
+            user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"), empty_ok=False
+        )
         memory_id = check_text(memory_id, "memory_id")
         for record in await self.backend.get(self._collection, [memory_id], scope):
             if not record.is_expired(now_epoch()):
@@ -331,7 +366,7 @@ class LongTermMemory:
     ) -> MemoryPage:
         """Memories in a scope, oldest first (or newest first); pass ``next_cursor`` back for the next page.
         The cursor visits each memory once even while others are stored or forgotten."""
-        scope = require_scope(user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"))
+        scope = read_scope(user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"))
         limit = check_int(limit, "limit", 1, _MAX_LIST_LIMIT)
         newest_first = check_flag(newest_first, "newest_first")
         if cursor is not None:
@@ -359,7 +394,7 @@ class LongTermMemory:
         all_scopes: bool = False,
     ) -> builtins.list[RecallHit]:
         """The ``k`` (default 5) memories that best match ``query``, best first, with per-signal scores."""
-        scope = require_scope(user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"))
+        scope = read_scope(user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"))
         query_text = check_content(query, self.config.max_content_chars, "query")
         k = check_int(self.config.default_k if k is None else k, "k", 1, self.config.max_k)
         if weights is not None and not isinstance(weights, Weights):
