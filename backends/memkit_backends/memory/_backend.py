@@ -67,7 +67,7 @@ class InProcessCollections:
         of one ``scope`` reads that scope's rows only: its size, not the collection's, decides the thread."""
         lock = self._locks.get(name)
         if lock is None:
-            lock = self._locks[name] = anyio.Lock()
+            lock = self._locks[name] = anyio.Lock(fast_acquire=True)
         async with lock:
             found = self.collection(name)
             if scans and (len(found) if scope is None else found.scope_size(scope)) >= OFFLOAD_MIN_ROWS:

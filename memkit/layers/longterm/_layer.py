@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 import anyio
+import anyio.lowlevel
 import msgspec
 
 from memkit._time import epoch, now_epoch, utcnow
@@ -119,14 +120,25 @@ class LongTermMemory:
     @asynccontextmanager
     async def _scope_locks(self, scopes: Sequence[Scope]) -> AsyncIterator[None]:
         """Every scope's lock, taken in one order (sorted by the caller) so two batches never deadlock."""
+        await anyio.lowlevel.checkpoint()  # once per call, not once per scope
         async with AsyncExitStack() as stack:
             for scope in scopes:
-                await stack.enter_async_context(self._scope_lock(scope))
+                await stack.enter_async_context(self._held(scope))
             yield
 
     @asynccontextmanager
     async def _scope_lock(self, scope: Scope) -> AsyncIterator[None]:
-        entry = self._locks.setdefault(scope, [anyio.Lock(), 0])
+        await anyio.lowlevel.checkpoint()
+        async with self._held(scope):
+            yield
+
+    @asynccontextmanager
+    async def _held(self, scope: Scope) -> AsyncIterator[None]:
+        """The scope's write lock. Uncontended it does not yield: each public call yields once, at its start
+        (``_scope_lock``, ``_scope_locks``, reads), so other tasks run between calls and a store under a
+        recall load waits for one turn of the loop, not one per backend operation (on memory://, where
+        operations never wait for I/O, a store yielded 5 times and waited for every reader each time)."""
+        entry = self._locks.setdefault(scope, [anyio.Lock(fast_acquire=True), 0])
         entry[1] += 1
         try:
             async with entry[0]:
@@ -248,9 +260,7 @@ class LongTermMemory:
         all_scopes: bool = False,
     ) -> Memory:
         """Change fields of one memory; content changes are re-embedded."""
-        scope = read_scope(
-            user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"), empty_ok=False
-        )
+        scope = _named_scope(user_id, agent_id, session_id, all_scopes)
         memory_id = check_text(memory_id, "memory_id")
         changes: dict[str, Any] = {}
         if content is not None:
@@ -292,9 +302,7 @@ class LongTermMemory:
     ) -> bool:
         """Delete one memory, and every copy of its text (a turn's text in later turns' context and in its
         thread's state)."""
-        scope = read_scope(
-            user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"), empty_ok=False
-        )
+        scope = _named_scope(user_id, agent_id, session_id, all_scopes)
         memory_id = check_text(memory_id, "memory_id")
         async with self._scope_lock(scope):
             found = await self.backend.get(self._collection, [memory_id], scope)
@@ -315,9 +323,7 @@ class LongTermMemory:
     ) -> int:
         """Delete every memory of a user (or session) and its conversation state; returns how many. An agent
         id alone deletes what every user stored with that agent, so it takes ``all_scopes=True``."""
-        scope = read_scope(
-            user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"), empty_ok=False
-        )
+        scope = _named_scope(user_id, agent_id, session_id, all_scopes)
         total = 0
         async with self._scope_lock(scope):
             while True:
@@ -342,10 +348,9 @@ class LongTermMemory:
         session_id: str | None = None,
         all_scopes: bool = False,
     ) -> Memory:
-        scope = read_scope(
-            user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"), empty_ok=False
-        )
+        scope = _named_scope(user_id, agent_id, session_id, all_scopes)
         memory_id = check_text(memory_id, "memory_id")
+        await anyio.lowlevel.checkpoint()  # see _held: one yield per call
         for record in await self.backend.get(self._collection, [memory_id], scope):
             if not record.is_expired(now_epoch()):
                 return decode(record)
@@ -372,6 +377,7 @@ class LongTermMemory:
         if cursor is not None:
             cursor = check_text(cursor, "cursor", _MAX_CURSOR_CHARS)
         wanted = build_filters(check_kinds(kinds), check_metadata_filter(metadata))
+        await anyio.lowlevel.checkpoint()
         page = await self.backend.scan(self._collection, scope, filters=wanted, limit=limit,
                                        cursor=cursor, now=now_epoch(), newest_first=newest_first,
                                        all_scopes=all_scopes)  # fmt: skip
@@ -403,6 +409,7 @@ class LongTermMemory:
         if as_of is not None:
             check_moment(as_of, "as_of")
         wanted = build_filters(check_kinds(kinds), check_metadata_filter(metadata))
+        await anyio.lowlevel.checkpoint()
         [vector] = await self._embed([query_text])
         backend_query = Query(
             scope=scope, all_scopes=all_scopes, vector=vector, text=query_text,
