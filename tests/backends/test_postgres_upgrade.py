@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Any
 
 import anyio
 import asyncpg
@@ -57,6 +58,28 @@ async def _v1_schema(url: str, schema: str) -> None:
         await conn.close()
 
 
+async def _embedding_storage(conn: Any, schema: str, table: str) -> str:
+    """The embedding column's TOAST strategy: 'm' (MAIN, inline) or 'x' (EXTENDED, pgvector's default)."""
+    return str(await conn.fetchval(
+        "SELECT attstorage::text FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'embedding'",
+        f'"{schema}"."{table}"',
+    ))  # fmt: skip
+
+
+async def test_a_new_collection_keeps_its_vectors_in_the_row(postgres_url: str) -> None:
+    """Out of line (TOAST), every comparison of the near-duplicate check re-read the vector: 7x slower. The
+    column's type is set when the dimension is known, and a type change takes the type's default storage."""
+    schema = f"inline_{uuid.uuid4().hex[:10]}"
+    async with PostgresBackend(StorageURL(with_option(postgres_url, "schema", schema))) as backend:
+        await backend.ensure_collection("notes", None)
+        table = table_name("notes")
+        async with backend.pool.acquire() as conn:
+            assert await _embedding_storage(conn, schema, table) == "m"
+        await backend.upsert("notes", [make_record("r", seed=1)])  # the dimension is set now
+        async with backend.pool.acquire() as conn:
+            assert await _embedding_storage(conn, schema, table) == "m"
+
+
 async def test_a_version_1_schema_is_upgraded_in_place(postgres_url: str) -> None:
     schema = f"v1_{uuid.uuid4().hex[:10]}"
     await _v1_schema(postgres_url, schema)
@@ -81,7 +104,8 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_url: str) -> Non
         assert await backend.count("notes", Scope(user_id="alice"), filters={"tags": "a"}) == 1
         assert [k for k, _ in (await backend.kv_scan("ns")).items] == ["a", "b"]
         async with backend.pool.acquire() as conn:
-            assert await conn.fetchval(f'SELECT value FROM "{schema}".memkit_meta WHERE key = $1', "version") == "2"
+            assert await conn.fetchval(f'SELECT value FROM "{schema}".memkit_meta WHERE key = $1', "version") == "3"
+            assert await _embedding_storage(conn, schema, V1_TABLE) == "m"  # vectors written now stay inline
             assert await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f'"{schema}"."{V1_TABLE}_scan"')
             collation = await conn.fetchval(
                 "SELECT collation_name FROM information_schema.columns WHERE table_schema = $1 "
