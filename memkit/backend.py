@@ -72,7 +72,7 @@ FilterValue = FieldValue | list[FieldValue] | tuple[FieldValue, ...]
 """A scalar means equality; a list or tuple means "any of"."""
 
 
-class Scope(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Scope(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """Who a record belongs to. ``None`` in a query means "any"."""
 
     user_id: str | None = None
@@ -113,7 +113,10 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     """Data outlives the process."""
 
 
-class Record(msgspec.Struct, frozen=True, kw_only=True):
+class Record(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """One stored item. ``gc=False``: embedded stores hold one per memory, and the cycle collector walked them
+    all at every full collection; a record holds strings, numbers, an array and a dict of those, no cycle."""
+
     id: str
     scope: Scope
     body: bytes

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 from numba import njit
@@ -53,12 +54,19 @@ def _accumulate(  # noqa: PLR0917 - numba kernels take positional arguments
 _EVERY_ROW = np.zeros(0, np.uint8)
 
 
-class _Postings:
-    __slots__ = ("count", "df", "rows", "tfs", "versions")
+class _Postings(msgspec.Struct, gc=False):
+    """One term's postings. Not tracked by the cycle collector (it holds arrays and ints only): there is one
+    per term, and as tracked objects they were walked by every full collection."""
 
-    def __init__(self) -> None:
-        self.df = 0  # live documents containing the term
-        self._allocate(4)
+    rows: npt.NDArray[np.int64]
+    tfs: npt.NDArray[np.float32]
+    versions: npt.NDArray[np.int64]
+    count: int = 0
+    df: int = 0  # live documents containing the term
+
+    @classmethod
+    def empty(cls, size: int = 4) -> _Postings:
+        return cls(np.zeros(size, np.int64), np.zeros(size, np.float32), np.zeros(size, np.int64))
 
     def _allocate(self, size: int) -> None:
         self.rows = np.zeros(size, np.int64)
@@ -117,7 +125,7 @@ class Bm25Index:
         for term, tf in terms.items():
             postings = self._postings.get(term)
             if postings is None:
-                postings = self._postings[term] = _Postings()
+                postings = self._postings[term] = _Postings.empty()
             postings.append(row, tf, version)
         self._doc_terms[row] = tuple(terms)
         self._doc_len[row] = len(tokens)

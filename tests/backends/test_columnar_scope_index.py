@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from memkit_backends._embedded import columnar
 from memkit_backends._embedded.columnar import ColumnarCollection
+from memkit_backends._embedded.indexes import FieldIndex
 
 from memkit.backend import Query, Scope, scope_matches
 from memkit.testing import make_record
@@ -61,3 +62,22 @@ def test_a_scopes_rows_are_its_live_rows(ops: list[tuple[str, int, str | None, s
         assert collection.count(scope, None, None) == len(want)
         hits = collection.query(Query(scope=scope, vector=np.ones(8, np.float32), k=50, now=0.0))
         assert sorted(h.record.id for h in hits) == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.sampled_from(["k1", "k2"]), st.integers(0, 4)), max_size=40))
+def test_the_field_index_holds_what_a_dict_of_sets_would(ops: list[tuple[bool, str, int]]) -> None:
+    """One-row keys keep a bare row number (no set for the cycle collector to walk); the rows are the same."""
+    index, want = FieldIndex(), dict[tuple[str, str, bool], set[int]]()
+    for adding, name, row in ops:
+        key = (name, "v", False)
+        if adding:
+            index.add(key, row)
+            want.setdefault(key, set()).add(row)
+        else:
+            index.discard(key, row)
+            want.get(key, set()).discard(row)
+    want = {key: rows for key, rows in want.items() if rows}
+    assert set(index) == set(want)
+    for key in [("k1", "v", False), ("k2", "v", False)]:
+        assert set(index.rows(key)) == want.get(key, set())

@@ -31,7 +31,7 @@ from memkit.scoring import Columns, ScoreParams, StorageDtype, encode_vectors, t
 from memkit.scoring._lexical import Bm25Index
 from memkit.text import tokenize
 from memkit_backends._embedded.indexes import (
-    FieldKey,
+    FieldIndex,
     ScopeInterner,
     ScopeRows,
     dim_after,
@@ -75,7 +75,7 @@ class ColumnarCollection:
         self._scope_rows = ScopeRows()
         self._records: list[Record | None] = []
         self._row_of: dict[str, int] = {}
-        self._fields: dict[FieldKey, set[int]] = {}
+        self._fields = FieldIndex()
         self._lexical = Bm25Index()
         self._dead = 0
         self._allocate(_MIN_CAPACITY)
@@ -179,11 +179,8 @@ class ColumnarCollection:
 
     def _index_row(self, row: int, record: Record) -> None:
         for name, value in record.fields.items():
-            if isinstance(value, tuple):
-                for tag in value:
-                    self._fields.setdefault((name, tag, False), set()).add(row)
-            else:
-                self._fields.setdefault((name, value, isinstance(value, bool)), set()).add(row)
+            for key in field_keys(name, value):
+                self._fields.add(key, row)
         if record.text and self._index_text:
             self._lexical.add(row, tokenize(record.text))
 
@@ -281,11 +278,7 @@ class ColumnarCollection:
             return
         for name, value in record.fields.items():
             for key in field_keys(name, value):
-                rows = self._fields.get(key)
-                if rows is not None:
-                    rows.discard(row)
-                    if not rows:
-                        del self._fields[key]
+                self._fields.discard(key, row)
         self._lexical.remove(row)
 
     def delete(self, ids: Iterable[str], scope: Scope | None = None) -> list[str]:
@@ -316,7 +309,7 @@ class ColumnarCollection:
         live = [record for record in self._records if record is not None]
         rows = np.asarray(live_rows, dtype=np.int64)
         old = (self._vectors, self._scales, self._access, self._last_access, self._has_vector)
-        self._records, self._row_of, self._fields, self._lexical, self._dead = [], {}, {}, Bm25Index(), 0
+        self._records, self._row_of, self._fields, self._lexical, self._dead = [], {}, FieldIndex(), Bm25Index(), 0
         self._interner, self._scope_rows = ScopeInterner(), ScopeRows()
         self._allocate(max(_MIN_CAPACITY, len(live) * 2))
         self.upsert(live)
@@ -362,7 +355,7 @@ class ColumnarCollection:
         membership test per further filter (a dedupe key's one row is never intersected with a whole
         ``kind`` set). Returns a new set, never one of the index's."""
         wanted = sorted(
-            ([self._fields.get(key, set()) for key in filter_keys(name, value)] for name, value in filters.items()),
+            ([self._fields.rows(key) for key in filter_keys(name, value)] for name, value in filters.items()),
             key=lambda sets: sum(len(rows) for rows in sets),
         )
         result: set[int] = set().union(*wanted[0]) if wanted else set()

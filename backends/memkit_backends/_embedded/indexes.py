@@ -18,6 +18,7 @@ from memkit.backend import FieldValue, FilterValue, Record
 from memkit.errors import DimensionMismatchError, ValidationError
 
 __all__ = [
+    "FieldIndex",
     "FieldKey",
     "ScopeInterner",
     "ScopeRows",
@@ -157,6 +158,48 @@ class ScopeInterner:
         if value is None:
             return -1
         return self._codes.get(value)
+
+
+class FieldIndex:
+    """Field keys -> the rows holding them. A key held by one row (every dedupe key, nearly) keeps the bare
+    row number, not a set: sets are tracked by Python's cycle collector, and at 100k memories 100k one-row
+    sets made each full collection walk them (collections took 12% of an ingest, up to 274 ms each)."""
+
+    def __init__(self) -> None:
+        self._rows: dict[FieldKey, int | set[int]] = {}
+
+    def __iter__(self) -> Iterator[FieldKey]:
+        """The keys some row holds."""
+        return iter(self._rows)
+
+    def add(self, key: FieldKey, row: int) -> None:
+        held = self._rows.get(key)
+        if held is None:
+            self._rows[key] = row
+        elif isinstance(held, int):
+            if held != row:
+                self._rows[key] = {held, row}
+        else:
+            held.add(row)
+
+    def discard(self, key: FieldKey, row: int) -> None:
+        held = self._rows.get(key)
+        if held is None:
+            return
+        if isinstance(held, int):
+            if held == row:
+                del self._rows[key]
+            return
+        held.discard(row)
+        if len(held) == 1:
+            self._rows[key] = next(iter(held))
+
+    def rows(self, key: FieldKey) -> set[int] | tuple[int, ...]:
+        """The rows holding ``key``: read only (a set of the index's own, or a tuple)."""
+        held = self._rows.get(key)
+        if held is None:
+            return ()
+        return (held,) if isinstance(held, int) else held
 
 
 class _SortedRows:
