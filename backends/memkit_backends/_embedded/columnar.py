@@ -40,7 +40,7 @@ from memkit_backends._embedded.indexes import (
     replace_verdict,
     require_dim,
 )
-from memkit_backends._embedded.text_scores import scaled_external, scaled_to_best
+from memkit_backends._embedded.text_scores import scaled_to_best
 
 __all__ = ["ColumnarCollection"]
 
@@ -67,9 +67,8 @@ def _bare(record: Record, dtype: StorageDtype) -> Record:
 
 
 class ColumnarCollection:
-    def __init__(self, dim: int | None = None, dtype: StorageDtype = "float32", *, index_text: bool = True) -> None:
+    def __init__(self, dim: int | None = None, dtype: StorageDtype = "float32") -> None:
         self.dim = dim
-        self._index_text = index_text
         self.dtype: StorageDtype = dtype
         self._interner = ScopeInterner()
         self._scope_rows = ScopeRows()
@@ -181,7 +180,7 @@ class ColumnarCollection:
         for name, value in record.fields.items():
             for key in field_keys(name, value):
                 self._fields.add(key, row)
-        if record.text and self._index_text:
+        if record.text:
             self._lexical.add(row, tokenize(record.text))
 
     def _write_row(self, row: int, record: Record, rewritten: bool, keep_counters: bool) -> None:
@@ -442,8 +441,8 @@ class ColumnarCollection:
         return [r.id for r in (self._records[int(i)] for i in rows) if r is not None]
 
     # -- search ---------------------------------------------------------------------------------
-    def query(self, query: Query, external_lexical: Mapping[str, float] | None = None) -> list[Hit]:
-        """Top-k by the fused kernel; ``external_lexical`` (id -> raw score) replaces the own text index."""
+    def query(self, query: Query) -> list[Hit]:
+        """Top-k by the fused kernel, text scored by the collection's own BM25 index."""
         want = self._scope_want(query.scope)
         if want is None or not self._records:
             return []
@@ -451,12 +450,9 @@ class ColumnarCollection:
         candidates = self.candidate_rows(want, query.filters)
         if candidates is not None and candidates.shape[0] == 0:
             return []
-        if external_lexical is not None:
-            lexical = scaled_external(external_lexical, self._row_of, n)
-        else:
-            # Scaled by the best match of the scope, not of the filtered rows: scores compare across filters.
-            scoped = self._scope_rows.smallest(want)
-            lexical = self._lexical_scores(query.text, want, n, scoped) if query.text else None
+        # Scaled by the best match of the scope, not of the filtered rows: scores compare across filters.
+        scoped = self._scope_rows.smallest(want)
+        lexical = self._lexical_scores(query.text, want, n, scoped) if query.text else None
         if query.vector is not None and self.dim is not None and query.vector.shape[0] != self.dim:
             raise DimensionMismatchError(
                 f"query vector has {query.vector.shape[0]} dimensions; collection has {self.dim}"

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["scaled_external", "scaled_to_best"]
+__all__ = ["scaled_to_best"]
 
 
 def scaled_to_best(
@@ -24,16 +24,3 @@ def scaled_to_best(
         return None
     raw /= top
     return raw
-
-
-def scaled_external(raw: Mapping[str, float], row_of: Mapping[str, int], n: int) -> npt.NDArray[np.float32] | None:
-    """Another index's raw text scores (SQLite's FTS5) as a column scaled to 0..1 by the best one."""
-    top = max(raw.values(), default=0.0)
-    if top <= 0:
-        return None
-    lexical = np.zeros(n, np.float32)
-    for record_id, score in raw.items():
-        row = row_of.get(record_id)
-        if row is not None:
-            lexical[row] = score / top
-    return lexical

@@ -40,7 +40,6 @@ from memkit_backends.sqlite._codec import record_params
 from memkit_backends.sqlite._connect import connect, driver_error
 from memkit_backends.sqlite._kv_face import SQLiteKeyValue
 from memkit_backends.sqlite._schema import create_schema, fts_tokens, scope_tokens
-from memkit_backends.sqlite._search import fts_scores
 
 __all__ = ["SQLiteBackend"]
 
@@ -224,6 +223,8 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
 
     @staticmethod
     def _index_text(conn: sqlite3.Connection, rows: list[tuple[int, str | None, str]]) -> None:
+        # Queries score text from the cache's BM25; the FTS5 table is still kept current, so a file stays
+        # right for a process running an older memkit (which searches it) until the schema drops it.
         conn.executemany("DELETE FROM memkit_records_fts WHERE rowid = ?", [(rowid,) for rowid, _, _ in rows])
         conn.executemany(
             "INSERT INTO memkit_records_fts (rowid, tokens, scope) VALUES (?, ?, ?)",
@@ -323,9 +324,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
 
     async def query(self, collection: str, query: Query) -> list[Hit]:
         def work(conn: sqlite3.Connection) -> list[Hit]:
-            cache = self._cache.collection(conn, collection)
-            lexical = fts_scores(conn, collection, query) if query.text else None
-            return cache.query(query, external_lexical=lexical)
+            return self._cache.collection(conn, collection).query(query)
 
         return await self._run(work)
 

@@ -134,7 +134,7 @@ class RecordCache:
     def _load(self, conn: sqlite3.Connection, name: str) -> ColumnarCollection:
         dim_row = conn.execute("SELECT dim FROM memkit_collections WHERE name = ?", (name,)).fetchone()
         dim = dim_row[0] if dim_row and isinstance(dim_row[0], int) else None
-        found = ColumnarCollection(dim, self._dtype, index_text=False)
+        found = ColumnarCollection(dim, self._dtype)
         bad = self.undecodable[name] = set()
         cursor = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE collection = ?", (name,))
         while batch := cursor.fetchmany(_LOAD_BATCH):
