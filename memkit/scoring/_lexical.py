@@ -9,7 +9,9 @@ out of a term's list once they are half of it.
 from __future__ import annotations
 
 import math
+import sys
 from collections import Counter
+from collections.abc import Sequence
 
 import msgspec
 import numpy as np
@@ -74,15 +76,16 @@ class _Postings(msgspec.Struct, gc=False):
         self.versions = np.zeros(size, np.int64)
         self.count = 0
 
-    def append(self, row: int, tf: int, version: int) -> None:
-        if self.count == self.rows.shape[0]:
-            size = self.count * 2
+    def extend(self, rows: list[int], tfs: list[int], versions: list[int]) -> None:
+        start, end = self.count, self.count + len(rows)
+        if end > self.rows.shape[0]:
+            size = max(end, 2 * self.rows.shape[0])
             self.rows = np.resize(self.rows, size)
             self.tfs = np.resize(self.tfs, size)
             self.versions = np.resize(self.versions, size)
-        self.rows[self.count], self.tfs[self.count], self.versions[self.count] = row, tf, version
-        self.count += 1
-        self.df += 1
+        self.rows[start:end], self.tfs[start:end], self.versions[start:end] = rows, tfs, versions
+        self.count = end
+        self.df += len(rows)
 
     def sweep(self, doc_version: npt.NDArray[np.int64]) -> None:
         n = self.count
@@ -116,20 +119,37 @@ class Bm25Index:
 
     def add(self, row: int, tokens: list[str]) -> None:
         """Index ``tokens`` as row ``row``, replacing what the row held."""
-        self.remove(row)
-        if not tokens:
-            return
-        self._ensure_row(row)
-        version = int(self._doc_version[row])
-        terms = Counter(tokens)
-        for term, tf in terms.items():
+        self.add_many([(row, tokens)])
+
+    def add_many(self, docs: Sequence[tuple[int, list[str]]]) -> None:
+        """Index each (row, tokens), replacing what the rows held (rows distinct). Postings are gathered per
+        term and appended once each: appending them one by one (three numpy scalar writes a posting) was
+        most of loading 100k texts."""
+        pending: dict[str, tuple[list[int], list[int], list[int]]] = {}
+        for row, tokens in docs:
+            self.remove(row)
+            if not tokens:
+                continue
+            self._ensure_row(row)
+            version = int(self._doc_version[row])
+            # Interned: a row keeps its terms (to unindex it), and 100k rows held ~900k copies of a few
+            # thousand strings.
+            terms = Counter(map(sys.intern, tokens))
+            for term, tf in terms.items():
+                lists = pending.get(term)
+                if lists is None:
+                    lists = pending[term] = ([], [], [])
+                lists[0].append(row)
+                lists[1].append(tf)
+                lists[2].append(version)
+            self._doc_terms[row] = tuple(terms)
+            self._doc_len[row] = len(tokens)
+            self._total_len += len(tokens)
+        for term, (rows, tfs, versions) in pending.items():
             postings = self._postings.get(term)
             if postings is None:
-                postings = self._postings[term] = _Postings.empty()
-            postings.append(row, tf, version)
-        self._doc_terms[row] = tuple(terms)
-        self._doc_len[row] = len(tokens)
-        self._total_len += len(tokens)
+                postings = self._postings[term] = _Postings.empty(len(rows))
+            postings.extend(rows, tfs, versions)
 
     def remove(self, row: int) -> None:
         terms = self._doc_terms.pop(row, None)

@@ -78,3 +78,21 @@ def test_scoring_candidate_rows_keeps_their_scores_and_zeroes_the_rest(
     want[rows] = everything[rows]
     np.testing.assert_array_equal(got, want)
     assert matched == bool(want.any())
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(operation, max_size=40), batch=st.dictionaries(st.integers(0, 30), st.lists(st.sampled_from(WORDS),
+       max_size=6), max_size=12), query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4))  # fmt: skip
+def test_adding_a_batch_scores_as_adding_one_by_one(
+    ops: list[tuple[str, int, list[str]]], batch: dict[int, list[str]], query: list[str]
+) -> None:
+    """A cache loads its rows with ``add_many``; a row in the batch replaces what it held, as ``add`` does."""
+    one_by_one, batched = Bm25Index(), Bm25Index()
+    for op, row, tokens in ops:
+        for index in (one_by_one, batched):
+            index.add(row, tokens) if op == "add" else index.remove(row)
+    for row, tokens in batch.items():
+        one_by_one.add(row, tokens)
+    batched.add_many(list(batch.items()))
+    np.testing.assert_allclose(batched.score(query, 31)[0], one_by_one.score(query, 31)[0], rtol=1e-6)
+    assert len(batched) == len(one_by_one)

@@ -136,10 +136,17 @@ class RecordCache:
         dim = dim_row[0] if dim_row and isinstance(dim_row[0], int) else None
         found = ColumnarCollection(dim, self._dtype)
         bad = self.undecodable[name] = set()
-        cursor = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE collection = ?", (name,))
+        # Each row's tokens come from the full-text table, written with it: no text is tokenized again.
+        cursor = conn.execute(
+            f"SELECT {RECORD_COLUMNS}, (SELECT tokens FROM memkit_records_fts f WHERE f.rowid = memkit_records.rowid) "
+            "FROM memkit_records WHERE collection = ?",
+            (name,),
+        )
         while batch := cursor.fetchmany(_LOAD_BATCH):
             records: list[Record] = []
-            for row in batch:
+            tokens: dict[str, list[str]] = {}
+            for full_row in batch:
+                row, words = full_row[:-1], full_row[-1]
                 record = self._decode(row, dim)
                 if record is None:
                     bad.add(row[_ID_COLUMN])
@@ -147,7 +154,9 @@ class RecordCache:
                 if dim is None and record.vector is not None:
                     dim = int(record.vector.shape[0])
                 records.append(record)
-            found.upsert(records, keep_counters=False)
+                if isinstance(words, str) and record.text:
+                    tokens[record.id] = words.split()
+            found.upsert(records, keep_counters=False, tokens=tokens)
         return found
 
     def _decode(self, row: tuple[Any, ...], dim: int | None) -> Record | None:
