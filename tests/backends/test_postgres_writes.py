@@ -10,6 +10,7 @@ import pytest
 from memkit_backends.postgres import PostgresBackend
 
 from memkit.backend import Record, Scope, StorageURL
+from memkit.testing import make_record
 from tests.conftest import fresh_postgres_url
 
 pytestmark = pytest.mark.anyio
@@ -61,3 +62,15 @@ async def test_a_touch_after_a_bulk_load_is_a_hot_update(postgres_url: str) -> N
             )
         assert row["n_tup_upd"] == 3 * len(touched) and row["n_tup_hot_upd"] == row["n_tup_upd"], dict(row)
         assert [r.access_count for r in await backend.get(COLLECTION, ["r000", "r001"])] == [3, 0]
+
+
+async def test_string_filters_match_alike_with_and_without_a_scope(backend: PostgresBackend) -> None:
+    """Within a scope a string filter is one ``?|`` test a row; with no scope it stays containments (which
+    the GIN index serves). Both find scalars and tags, and neither mistakes a number or a bool for a string."""
+    fields = [{"k": "a"}, {"k": ("a", "b")}, {"k": "b"}, {"k": 1}, {"k": True}, {"k": "1"}, {"other": "a"}]
+    await backend.upsert(COLLECTION, [make_record(f"r{i}", fields=f) for i, f in enumerate(fields)])
+    for wanted, expected in ((("a",), {"r0", "r1"}), (("a", "b"), {"r0", "r1", "r2"}), (("1",), {"r5"}),
+                             ((1,), {"r3"}), ((True,), {"r4"}), (("zz", 1), {"r3"})):  # fmt: skip
+        scoped = await backend.scan(COLLECTION, Scope(user_id="alice"), filters={"k": wanted}, limit=20)
+        everywhere = await backend.scan(COLLECTION, Scope(), filters={"k": wanted}, limit=20, all_scopes=True)
+        assert {r.id for r in scoped.records} == {r.id for r in everywhere.records} == expected, wanted
