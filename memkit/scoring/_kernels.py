@@ -199,6 +199,28 @@ def scan_parallel(
         )  # fmt: skip
 
 
+@njit(cache=True, fastmath=True, nogil=True)
+def nearest_rows(
+    rows: Any, vectors: Any, scales: Any, batch: Any, floor: float, out_rows: Any, out_sims: Any
+) -> None:  # fmt: skip
+    """For each vector of ``batch``, the best ``k`` (columns of ``out_*``) of ``rows`` by similarity, at least
+    ``floor``, best first, ties to the earlier row: each stored row is read once for the whole batch."""
+    k = out_rows.shape[1]
+    for j in range(rows.shape[0]):
+        i = rows[j]
+        for q in range(batch.shape[0]):
+            sim = row_dot(vectors, scales, i, batch[q])
+            if not sim >= floor or sim <= out_sims[q, k - 1]:  # NaN never passes
+                continue
+            pos = k - 1
+            while pos > 0 and out_sims[q, pos - 1] < sim:
+                out_sims[q, pos] = out_sims[q, pos - 1]
+                out_rows[q, pos] = out_rows[q, pos - 1]
+                pos -= 1
+            out_sims[q, pos] = sim
+            out_rows[q, pos] = i
+
+
 @njit(cache=True, fastmath=True, nogil=True, parallel=True)
 def stream_floor(vectors: Any, n_rows: int, n_chunks: int) -> float:
     """Reads every byte of ``vectors[:n_rows]`` once: the memory-bandwidth floor of a scan."""

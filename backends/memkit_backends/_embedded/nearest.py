@@ -1,8 +1,11 @@
-"""The batched near-duplicate check of the embedded backends: one matrix product per batch.
+"""The batched near-duplicate check of the embedded backends: one pass over a scope's rows per batch.
 
 ``store_many`` asks, for every new memory of a scope, which stored memories of that scope are nearly the
-same. One kernel query per memory reads the scope's rows once per memory; here the scope's rows are
-gathered once and multiplied by the whole batch (scope rows x batch) in one BLAS call.
+same. One kernel query per memory reads the scope's rows once per memory; gathering the rows and
+multiplying them by the batch (the previous version) copied them first. Here a numba kernel reads each row
+of the scope (from the scope index) once, in place, and scores it against every vector of the batch:
+the answers are the default's (a similarity-only query per vector: live, unexpired at ``now`` or the
+current time, importance >= 0, ties to the earlier row).
 """
 
 from __future__ import annotations
@@ -11,27 +14,13 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-import numpy.typing as npt
 
-from memkit.backend import Query, Scope, Vector, Weights
+from memkit.backend import Scope, Vector
 from memkit.errors import DimensionMismatchError
+from memkit.scoring._kernels import nearest_rows
 from memkit_backends._embedded.columnar import ColumnarCollection
 
 __all__ = ["nearest"]
-
-_GATHER_MIN = 8
-"""Below this many vectors the fused kernel, which reads each vector in place and skips other scopes' rows,
-beats gathering the scope's rows first (at 100k rows, 1,000 in scope: gather 0.4 ms + mask 0.2 ms, against
-~0.1 ms per kernel pass; measured with pyinstrument on a one-at-a-time store())."""
-_SIMILARITY_ONLY = Weights(similarity=1.0, lexical=0.0, recency=0.0, importance=0.0)
-
-
-def _by_kernel(
-    collection: ColumnarCollection, scope: Scope, vector: Vector, *, k: int, min_similarity: float, now: float | None
-) -> list[tuple[str, float]]:
-    ask = Query(scope=scope, vector=np.asarray(vector, np.float32), k=k, weights=_SIMILARITY_ONLY,
-                now=time.time() if now is None else now, min_score=min_similarity)  # fmt: skip
-    return [(h.record.id, h.scores.similarity) for h in collection.query(ask) if h.scores.similarity >= min_similarity]
 
 
 def nearest(
@@ -45,35 +34,26 @@ def nearest(
 ) -> list[list[tuple[str, float]]]:
     if not len(vectors):
         return []
-    if len(vectors) < _GATHER_MIN:
-        return [
-            _by_kernel(collection, scope, vector, k=k, min_similarity=min_similarity, now=now) for vector in vectors
-        ]
-    rows = collection.matching_rows(scope, None, now)
-    if rows.shape[0] == 0 or collection.dim is None:
+    if k < 1:
+        return [[] for _ in vectors]
+    rows = collection.matching_rows(scope, None, time.time() if now is None else now)
+    columns = collection.columns()
+    rows = rows[columns.importance[rows] >= 0.0]  # the default query's minimum importance
+    if rows.shape[0] == 0:
         return [[] for _ in vectors]
     batch = np.ascontiguousarray(np.stack([np.asarray(v, np.float32) for v in vectors]))
-    if batch.shape[1] != collection.dim:
+    if collection.dim is None:  # no vectors stored: every row scores 0, as the kernel scores it
+        batch = np.zeros((batch.shape[0], 0), np.float32)
+    elif batch.shape[1] != collection.dim:
         raise DimensionMismatchError(f"vectors have {batch.shape[1]} dimensions; collection has {collection.dim}")
-    similarity = _stored_vectors(collection, rows) @ batch.T  # (rows, batch)
     take = min(k, rows.shape[0])
+    best_rows = np.full((batch.shape[0], take), -1, np.int64)
+    best_sims = np.full((batch.shape[0], take), -np.inf, np.float32)
+    nearest_rows(np.ascontiguousarray(rows), columns.vectors, columns.scales, batch, float(min_similarity),
+                 best_rows, best_sims)  # fmt: skip
     found = []
-    for column in similarity.T:
-        best = np.argpartition(-column, take - 1)[:take] if take < column.shape[0] else np.arange(column.shape[0])
-        best = best[np.argsort(-column[best], kind="stable")]
-        best = best[column[best] >= min_similarity]
-        found.append(list(zip(collection.ids_of(rows[best]), column[best].tolist(), strict=True)))
+    for row_list, sim_list in zip(best_rows.tolist(), best_sims.tolist(), strict=True):
+        kept = [(row, sim) for row, sim in zip(row_list, sim_list, strict=True) if row >= 0]
+        found.append(list(zip(collection.ids_of(np.asarray([r for r, _ in kept], np.int64)),
+                              [s for _, s in kept], strict=True)))  # fmt: skip
     return found
-
-
-def _stored_vectors(collection: ColumnarCollection, rows: npt.NDArray[np.int64]) -> npt.NDArray[np.float32]:
-    """The rows' vectors as float32, decoded from their storage dtype (rows without a vector are zeros)."""
-    columns = collection.columns()
-    stored = columns.vectors[rows]
-    if collection.dtype == "float16":
-        decoded: npt.NDArray[np.float32] = stored.view(np.float16).astype(np.float32)
-    elif collection.dtype == "int8":
-        decoded = stored.astype(np.float32) * columns.scales[rows, None]
-    else:
-        decoded = np.asarray(stored, np.float32)
-    return decoded
