@@ -19,11 +19,18 @@ mapped to the most specific class below and chained (``raise ... from exc``).
     ├── CapabilityError
     ├── EmbeddingError
     ├── CorruptDataError
-    └── BackendError
-        ├── BackendUnavailableError    the server could not be reached
-        ├── BackendRefusedError        reached, and it refused (credentials, database, role, DB index)
-        ├── BackendTimeoutError        (also a TimeoutError)
-        └── ConflictError              compare-and-set kept losing to concurrent writers
+    ├── BackendError
+    │   ├── BackendUnavailableError    the server could not be reached
+    │   ├── BackendRefusedError        reached, and it refused (credentials, database, role, DB index)
+    │   ├── BackendTimeoutError        (also a TimeoutError)
+    │   └── ConflictError              compare-and-set kept losing to concurrent writers
+    ├── LLMError                       a chat model call failed
+    │   ├── LLMUnavailableError        unreachable, or 429 / 5xx through every retry
+    │   ├── LLMRefusedError            reached, and it refused the request (4xx: key, model, request)
+    │   ├── LLMTimeoutError            (also a TimeoutError)
+    │   ├── StructuredOutputError      the model's JSON stayed invalid after one repair attempt; .raw has it
+    │   └── LLMBudgetError             the client's call or token budget is spent
+    └── SummarizerError                a summariser failed; the turns it was folding are kept
 """
 
 from __future__ import annotations
@@ -43,11 +50,18 @@ __all__ = [
     "ImportanceError",
     "InvalidURLError",
     "InvalidVectorError",
+    "LLMBudgetError",
+    "LLMError",
+    "LLMRefusedError",
+    "LLMTimeoutError",
+    "LLMUnavailableError",
     "MemkitError",
     "MissingDependencyError",
     "NotFoundError",
     "NotOpenError",
     "ScopeError",
+    "StructuredOutputError",
+    "SummarizerError",
     "UnknownSchemeError",
     "ValidationError",
 ]
@@ -138,3 +152,36 @@ class BackendTimeoutError(BackendError, TimeoutError):
 
 class ConflictError(BackendError):
     """A compare-and-set kept losing to concurrent writers; nothing was changed. Retrying later may work."""
+
+
+class LLMError(MemkitError):
+    """A call to a chat model failed."""
+
+
+class LLMUnavailableError(LLMError):
+    """The model server could not be reached, or kept answering 429 / 5xx through every retry."""
+
+
+class LLMRefusedError(LLMError):
+    """The model server refused the request (a 4xx other than 429: API key, model name, request shape)."""
+
+
+class LLMTimeoutError(LLMError, TimeoutError):
+    """The model server did not answer in time."""
+
+
+class StructuredOutputError(LLMError):
+    """The model's structured output stayed invalid after one repair attempt. ``raw`` is its last text."""
+
+    def __init__(self, message: str, *, raw: str, problem: str) -> None:
+        super().__init__(message)
+        self.raw = raw
+        self.problem = problem
+
+
+class LLMBudgetError(LLMError):
+    """The client's budget of calls or tokens is spent; no request was sent."""
+
+
+class SummarizerError(MemkitError):
+    """A summariser failed or returned nothing usable; the turns it was folding stay in the history."""
