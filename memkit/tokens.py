@@ -1,0 +1,158 @@
+"""Counting tokens: exactly with tiktoken when it is installed, otherwise a safe estimate.
+
+Short-term memory keeps a conversation under a model's token budget, so a count must not fall short:
+an under-count overflows the model's context. ``EstimateTokenizer`` needs nothing installed and errs on
+the high side. Measured chunk by chunk (1,500 characters each) against tiktoken's ``cl100k_base`` and
+``o200k_base`` over English prose, dialogue, JSON tool output and Python source
+(``tests/layers/test_tokens.py``), it is never more than 10% under the exact count (5% on that sample)
+and on average about 17% over. Other scripts (CJK, emoji) count one token or more per character, which
+is usually an over-count too.
+
+Loading a tiktoken encoding parses a large file (and downloads it the first time, unless
+``TIKTOKEN_CACHE_DIR`` holds it), so ``TiktokenTokenizer.load()`` is called from a worker thread at set-up,
+never on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from memkit.errors import ConfigurationError, MissingDependencyError
+
+__all__ = [
+    "MESSAGE_OVERHEAD",
+    "EstimateTokenizer",
+    "TiktokenTokenizer",
+    "Tokenizer",
+    "TokenizerChoice",
+    "load_tokenizer",
+    "resolve_tokenizer",
+]
+
+log = logging.getLogger("memkit")
+
+MESSAGE_OVERHEAD = 4
+"""Tokens a chat message costs beyond its content (role and separators; OpenAI's documented 3, plus one)."""
+
+# The shape of tiktoken's pre-tokenizer: a token rarely spans two of these pieces. Letters are
+# [^\W\d_] because Python's re has no \p{L}.
+_PIECES = re.compile(
+    r"'(?:[sdmtSDMT]|ll|ve|re)|[^\r\n\w]?[^\W\d_]+|\d{1,3}| ?[^\s\w]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+|_"
+)
+_LONG_WORDS = re.compile(r"[A-Za-z]{7,}")  # a rare or long word splits into ~4-letter tokens past 6 letters
+_PUNCT_RUNS = re.compile(r"[^\s\w]{3,}")  # runs of symbols are ~2 characters a token
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")  # a character outside ASCII costs a token or more
+_SAFETY = 1.1
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Counts the tokens of a text the way the target model would (or a little more, never much less)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def count(self, text: str) -> int: ...
+
+
+class EstimateTokenizer:
+    """No dependency: pieces of tiktoken's pre-tokenizer, plus long words and symbol runs, times 1.1."""
+
+    name = "estimate"
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        pieces: float = len(_PIECES.findall(text))
+        pieces += sum(len(word) - 6 for word in _LONG_WORDS.findall(text)) / 4
+        pieces += sum(len(run) - 2 for run in _PUNCT_RUNS.findall(text)) / 2
+        pieces += len(_NON_ASCII.findall(text))
+        return math.ceil(pieces * _SAFETY)
+
+    def __repr__(self) -> str:
+        return "EstimateTokenizer()"
+
+
+class TiktokenTokenizer:
+    """Exact counts for OpenAI models (``pip install 'memkit-sdk[tiktoken]'``); ``o200k_base`` by default."""
+
+    def __init__(self, encoding: str = "o200k_base") -> None:
+        try:
+            import tiktoken  # noqa: F401
+        except ImportError as exc:
+            raise MissingDependencyError(
+                "TiktokenTokenizer needs tiktoken: pip install 'memkit-sdk[tiktoken]' (or use tokenizer='estimate')"
+            ) from exc
+        self._encoding_name = encoding
+        self._encoding: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return f"tiktoken:{self._encoding_name}"
+
+    def load(self) -> None:
+        """Parse (or download, the first time) the encoding. Blocking: call it from a worker thread."""
+        with self._lock:
+            if self._encoding is not None:
+                return
+            import tiktoken
+
+            try:
+                self._encoding = tiktoken.get_encoding(self._encoding_name)
+            except Exception as exc:  # tiktoken raises ValueError, requests' and OS errors alike
+                raise ConfigurationError(
+                    f"tiktoken could not load the encoding {self._encoding_name!r} ({type(exc).__name__}: {exc}); "
+                    "offline, point TIKTOKEN_CACHE_DIR at a folder that holds it, or use tokenizer='estimate'"
+                ) from exc
+
+    def count(self, text: str) -> int:
+        if self._encoding is None:
+            self.load()  # only when used before set-up; the layers load it in a worker thread first
+        return len(self._encoding.encode(text, disallowed_special=()))
+
+    def __repr__(self) -> str:
+        return f"TiktokenTokenizer({self._encoding_name!r})"
+
+
+TokenizerChoice = Tokenizer | Literal["auto", "estimate", "tiktoken"]
+
+
+def resolve_tokenizer(choice: TokenizerChoice = "auto") -> Tokenizer:
+    """``"auto"``: tiktoken when it is installed, else the estimate; ``"tiktoken"`` insists on it."""
+    if choice == "estimate":
+        return EstimateTokenizer()
+    if choice == "tiktoken":
+        return TiktokenTokenizer()
+    if choice == "auto":
+        try:
+            return TiktokenTokenizer()
+        except MissingDependencyError:
+            return EstimateTokenizer()
+    if isinstance(choice, Tokenizer):
+        return choice
+    raise ConfigurationError(
+        f"tokenizer must be 'auto', 'estimate', 'tiktoken' or an object with count(text) -> int, got {choice!r}"
+    )
+
+
+async def load_tokenizer(tokenizer: Tokenizer, *, fallback: bool) -> Tokenizer:
+    """Load what needs loading in a worker thread; with ``fallback``, an encoding that cannot be loaded
+    gives the estimate (with a warning) instead of an error."""
+    load = getattr(tokenizer, "load", None)
+    if load is None:
+        return tokenizer
+    import anyio.to_thread
+
+    try:
+        await anyio.to_thread.run_sync(load)
+    except ConfigurationError as exc:
+        if not fallback:
+            raise
+        log.warning("memkit: %s; counting tokens with the estimate instead", exc)
+        return EstimateTokenizer()
+    return tokenizer
