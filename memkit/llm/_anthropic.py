@@ -13,7 +13,7 @@ from memkit.errors import LLMError
 from memkit.llm._budget import LLMBudget, LLMUsage
 from memkit.llm._env import key_hint, settings_for
 from memkit.llm._http import ChatHTTP, RetryPolicy
-from memkit.llm._messages import to_anthropic
+from memkit.llm._messages import as_messages, to_anthropic
 from memkit.llm._protocol import ChatMessage
 from memkit.llm._structured import Answer, Target, structured_with_repair, target_for
 
@@ -126,7 +126,7 @@ class AnthropicChat:
         async def ask(conversation: list[dict[str, Any]]) -> Answer:
             return await self._ask_tool(conversation, target, max_tokens)
 
-        return await structured_with_repair(ask, messages, target, f"model {self._model!r}")
+        return await structured_with_repair(ask, as_messages(messages), target, f"model {self._model!r}")
 
     async def _ask_tool(self, messages: list[dict[str, Any]], target: Target[Any], max_tokens: int | None) -> Answer:
         payload = self._payload(messages, max_tokens)

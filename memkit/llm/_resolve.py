@@ -21,6 +21,7 @@ def resolve_llm(choice: LLM | str | None = None) -> LLM | None:
     Only the ``MEMKIT_LLM_*`` variables switch a model on: an ``OPENAI_API_KEY`` set for other tools must not
     make memkit spend on it. ``"openai:MODEL"`` / ``"anthropic:MODEL"`` pick the provider (and model); the
     rest comes from the environment. Half a configuration raises ``ConfigurationError`` naming what to set.
+    A client made here belongs to the caller, who closes it (``aclose()`` or ``async with``).
     """
     if choice is None or choice == "auto":
         return _from_environment()
