@@ -1,14 +1,15 @@
 from __future__ import annotations
 
-from collections.abc import Sequence
+import socket
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-import httpx
 import numpy as np
 import pytest
-import respx
 
 from memkit import BackendUnavailableError, EmbeddingError, InvalidVectorError
 from memkit.embedders import CachedEmbedder, HashingEmbedder, OpenAICompatibleEmbedder, as_unit_vectors
+from memkit.testing.llm_double import EmbeddingReply, LLMDouble, embedding_reply, status_reply
 
 pytestmark = pytest.mark.anyio
 
@@ -56,54 +57,53 @@ def test_unit_vector_validation() -> None:
             as_unit_vectors(bad)
 
 
-# The hosted endpoint cannot run here: respx stands in for it (a test double of the HTTP API).
-BASE = "http://embeddings.test/v1"
+# The hosted endpoint cannot run here: LLMDouble stands in for it, a test double of the API served over real HTTP
+# on loopback, so the embedder's own HTTP code (connections, status codes, retries) runs.
+@pytest.fixture
+def double() -> Iterator[LLMDouble]:
+    with LLMDouble() as served:
+        yield served
 
 
-def _reply(texts: list[str], dim: int = 3) -> httpx.Response:
-    data = [{"index": i, "embedding": [float(i + 1)] * dim} for i in reversed(range(len(texts)))]
-    return httpx.Response(200, json={"data": data})
+def _reply(body: dict[str, Any], dim: int = 3) -> EmbeddingReply:
+    """Vector i is [i + 1] * dim, sent in reverse order: the embedder must sort by index."""
+    count = len(body["input"])
+    return embedding_reply([[float(i + 1)] * dim for i in range(count)], order=range(count - 1, -1, -1))
 
 
-@respx.mock
-async def test_openai_compatible_batches_and_orders() -> None:
-    route = respx.post(f"{BASE}/embeddings").mock(side_effect=lambda req: _reply(_inputs(req)))
-    async with OpenAICompatibleEmbedder("m", base_url=BASE, api_key="k", batch_size=2) as embedder:
+async def test_openai_compatible_batches_and_orders(double: LLMDouble) -> None:
+    double.handler("embeddings", _reply)
+    async with OpenAICompatibleEmbedder("m", base_url=double.openai_url, api_key="k", batch_size=2) as embedder:
         matrix = await embedder.embed(["a", "b", "c"])
-    assert route.call_count == 2 and matrix.shape == (3, 3)
+    requests = double.requests("embeddings")
+    assert len(requests) == 2 and matrix.shape == (3, 3)
     assert matrix[:, 0].tolist() == [1.0, 2.0, 1.0]
-    assert route.calls[0].request.headers["authorization"] == "Bearer k"
+    assert requests[0].headers["authorization"] == "Bearer k"
+    assert [r.body["input"] for r in requests] == [["a", "b"], ["c"]]
 
 
-@respx.mock
-async def test_openai_compatible_retries_429_and_5xx() -> None:
-    responses = iter([httpx.Response(429, headers={"retry-after": "0"}), httpx.Response(503), None])
-    route = respx.post(f"{BASE}/embeddings").mock(side_effect=lambda req: next(responses) or _reply(_inputs(req)))
-    async with OpenAICompatibleEmbedder("m", base_url=BASE, backoff_s=0.001) as embedder:
+async def test_openai_compatible_retries_429_and_5xx(double: LLMDouble) -> None:
+    double.script("embeddings", status_reply(429, headers={"retry-after": "0"}), status_reply(503))
+    double.handler("embeddings", _reply)
+    async with OpenAICompatibleEmbedder("m", base_url=double.openai_url, backoff_s=0.001) as embedder:
         matrix = await embedder.embed(["x"])
-    assert route.call_count == 3 and matrix.shape == (1, 3)
+    assert len(double.requests("embeddings")) == 3 and matrix.shape == (1, 3)
 
 
-@respx.mock
-async def test_openai_compatible_errors() -> None:
-    respx.post(f"{BASE}/embeddings").mock(return_value=httpx.Response(401, json={"error": "bad key"}))
-    async with OpenAICompatibleEmbedder("m", base_url=BASE) as embedder:
+async def test_openai_compatible_errors(double: LLMDouble) -> None:
+    double.script("embeddings", status_reply(401, body={"error": "bad key"}))
+    async with OpenAICompatibleEmbedder("m", base_url=double.openai_url) as embedder:
         with pytest.raises(EmbeddingError, match="401"):
             await embedder.embed(["x"])
 
 
-@respx.mock
 async def test_openai_compatible_unreachable() -> None:
-    respx.post(f"{BASE}/embeddings").mock(side_effect=httpx.ConnectError("refused"))
-    async with OpenAICompatibleEmbedder("m", base_url=BASE, max_retries=2, backoff_s=0.001) as embedder:
+    with socket.socket() as sock:  # a loopback port nobody listens on once this closes
+        sock.bind(("127.0.0.1", 0))
+        base = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    async with OpenAICompatibleEmbedder("m", base_url=base, max_retries=2, backoff_s=0.001) as embedder:
         with pytest.raises(BackendUnavailableError):
             await embedder.embed(["x"])
-
-
-def _inputs(request: httpx.Request) -> list[str]:
-    import json
-
-    return list(json.loads(request.content)["input"])
 
 
 async def test_local_model_is_semantic(local_embedder: CachedEmbedder) -> None:
