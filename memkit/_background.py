@@ -64,6 +64,13 @@ class BackgroundTask:
         finally:
             self._done.set()
 
+    async def wait(self) -> None:
+        """Wait until the task has ended on its own."""
+        if self._asyncio_task is not None:
+            await asyncio.wait({self._asyncio_task})
+            return
+        await self._done.wait()
+
     async def stop(self) -> None:
         """Cancel the task and wait until it has ended."""
         self._cancel()

@@ -27,6 +27,7 @@ from memkit.errors import ConfigurationError, NotOpenError, ValidationError
 from memkit.layers._base import Layer, missing_capabilities
 from memkit.layers.longterm import LongTermConfig, LongTermMemory
 from memkit.layers.longterm._access import AccessTracker
+from memkit.layers.shortterm import ShortTermConfig, ShortTermMemory
 
 __all__ = ["DEFAULT_URL", "Memkit"]
 
@@ -34,7 +35,7 @@ log = logging.getLogger("memkit")
 
 DEFAULT_URL = "sqlite:///memkit.db"
 EmbedderChoice = Embedder | Literal["auto", "local", "hashing"]
-LAYERS = ("long_term",)
+LAYERS = ("long_term", "short_term")
 _RELEASE_S = 0.25
 """The least time each backend gets to release its connections when close_timeout has run out."""
 
@@ -56,7 +57,8 @@ class Memkit:
 
     Or, where start-up and shut-down are separate hooks: ``mem = Memkit(...)``, ``await mem.open()``,
     later ``await mem.aclose()``. The URL defaults to ``$MEMKIT_URL`` or ``sqlite:///memkit.db``;
-    ``layer_urls={"long_term": ...}`` gives a layer storage of its own. Leaving waits at most
+    ``layer_urls={"long_term": ...}`` gives a layer storage of its own. ``short_term=ShortTermConfig(...)``
+    sets the sessions' token budget, summariser and tokenizer. Leaving waits at most
     ``close_timeout`` seconds for pending access statistics, then drops them with a warning.
     """
 
@@ -66,6 +68,7 @@ class Memkit:
         *,
         embedder: EmbedderChoice = "auto",
         long_term: LongTermConfig | None = None,
+        short_term: ShortTermConfig | None = None,
         layer_urls: Mapping[str, str | StorageURL] | None = None,
         close_timeout: float = 5.0,
     ) -> None:
@@ -79,8 +82,11 @@ class Memkit:
         self._backends: dict[StorageURL, Backend] = {u: open_backend(u) for u in dict.fromkeys(urls.values())}
         self._access = AccessTracker()
         self._long_term = LongTermMemory(self._backends[urls["long_term"]], self.embedder, long_term, self._access)
-        self._layers: list[Layer] = [self._long_term]
+        self._short_term = ShortTermMemory(self._backends[urls["short_term"]], short_term)
+        self._layers: list[Layer] = [self._long_term, self._short_term]
         self._flusher: BackgroundTask | None = None
+        self._unserved: dict[str, ConfigurationError] = {}
+        """Layers whose backend lacks what they need: using one raises its error."""
         self._open = False
 
     @property
@@ -93,12 +99,19 @@ class Memkit:
         self._require_open("long_term")
         return self._long_term
 
+    @property
+    def short_term(self) -> ShortTermMemory:
+        self._require_open("short_term")
+        return self._short_term
+
     def _require_open(self, what: str) -> None:
         if not self._open:
             raise NotOpenError(
                 f"Memkit({str(self.url)!r}) is not open, so mem.{what} cannot be used yet: "
                 "use 'async with Memkit(...) as mem:' or 'await mem.open()' first"
             )
+        if what in self._unserved:
+            raise self._unserved[what]
 
     # -- lifecycle ------------------------------------------------------------------------------------
     async def open(self) -> Self:
@@ -110,13 +123,15 @@ class Memkit:
             for backend in self._backends.values():
                 await backend.open()
                 opened.append(backend)
+            self._unserved = {}
             for layer in self._layers:
                 missing = missing_capabilities(layer.needs, layer.backend.capabilities)
-                if missing:
-                    raise ConfigurationError(
+                if missing:  # the other layers still work (plain Redis serves the key-value layers)
+                    self._unserved[layer.name] = ConfigurationError(
                         f"the {layer.name} layer needs {', '.join(missing)}, which {layer.backend.url} does not "
                         f"provide; give it another backend: Memkit(..., layer_urls={{{layer.name!r}: URL}})"
                     )
+                    continue
                 await layer.setup()
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -148,7 +163,8 @@ class Memkit:
                     f"{dropped} dropped", RuntimeWarning, stacklevel=2,
                 )  # fmt: skip
             for layer in self._layers:
-                await layer.aclose()
+                if layer.name not in self._unserved:
+                    await layer.aclose()
             for backend in self._backends.values():
                 # What is left of the budget; a moment at least, so a backend always starts releasing.
                 with anyio.CancelScope(deadline=max(deadline, anyio.current_time() + _RELEASE_S)):

@@ -93,3 +93,17 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "postgres":
         return fresh_postgres_url(request.getfixturevalue("postgres_url"))
     return fresh_redis_url(request.getfixturevalue("redis_url"))
+
+
+@pytest.fixture(params=["memory", "sqlite", "postgres", "redis", "redis-plain"])
+def kv_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every backend with a key-value face (plain Redis, without modules, included): fresh per test."""
+    if request.param == "redis-plain":
+        return fresh_redis_url(request.getfixturevalue("redis_plain_url"))
+    if request.param == "memory":
+        return "memory://"
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'kv.db'}"
+    if request.param == "postgres":
+        return fresh_postgres_url(request.getfixturevalue("postgres_url"))
+    return fresh_redis_url(request.getfixturevalue("redis_url"))

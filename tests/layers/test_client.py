@@ -60,10 +60,13 @@ async def test_a_layer_used_before_open_names_memkit() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_layer_on_a_backend_that_cannot_serve_it_is_refused_at_open(redis_plain_url: str) -> None:
-    mem = Memkit(redis_plain_url, embedder="hashing")
-    with pytest.raises(ConfigurationError, match=r"long_term layer needs .*records"):
-        await mem.open()
+async def test_a_layer_on_a_backend_that_cannot_serve_it_is_refused_when_used(redis_plain_url: str) -> None:
+    async with Memkit(redis_plain_url, embedder="hashing") as mem:
+        with pytest.raises(ConfigurationError, match=r"long_term layer needs .*records.*layer_urls"):
+            await mem.long_term.store("needs the search module", user_id="u")
+        session = mem.short_term.session("s", user_id="u")  # the key-value layers work on plain Redis
+        await session.add({"role": "user", "content": "hello"})
+        assert (await session.to_messages())[-1]["content"] == "hello"
 
 
 @pytest.mark.anyio

@@ -1,0 +1,141 @@
+"""The short-term layer: sessions of conversation kept under a token budget."""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from memkit._validation import MAX_ID_CHARS, check_number, check_text
+from memkit.backend import Backend
+from memkit.errors import ConfigurationError, ScopeError, SummarizerError
+from memkit.layers.shortterm._extractive import ExtractiveSummarizer
+from memkit.layers.shortterm._session import ShortTermSession
+from memkit.layers.shortterm._state import session_key
+from memkit.layers.shortterm._summarizers import Summarizer
+from memkit.tokens import Tokenizer, TokenizerChoice, load_tokenizer, resolve_tokenizer
+
+__all__ = ["ShortTermConfig", "ShortTermMemory"]
+
+log = logging.getLogger("memkit")
+
+_MIN_BUDGET = 256
+"""Below this, the markers and the summary header would not leave room for a message."""
+
+
+class ShortTermConfig(msgspec.Struct, frozen=True, kw_only=True):
+    max_tokens: int = 8_000
+    """The budget ``to_messages()`` always fits in (counted by ``tokenizer``)."""
+    keep_last: int = 6
+    """The newest turns always kept verbatim (a turn: one message, or a tool call with all its results)."""
+    compact_at: float = 0.8
+    """A fold starts in the background when the whole session passes this share of ``max_tokens``..."""
+    fold_to: float = 0.5
+    """...and folds the oldest turns until what is left (with a full summary) is under this share."""
+    summary_tokens: int | None = None
+    """The rolling summary's bound (default: a quarter of ``max_tokens``)."""
+    summarizer: Any = None
+    """A ``Summarizer``; default ``ExtractiveSummarizer()`` (no model). ``LLMSummarizer(llm)`` uses a model."""
+    tokenizer: Any = "auto"
+    """``"auto"`` (tiktoken when installed, else the estimate), ``"estimate"``, ``"tiktoken"``, or a ``Tokenizer``."""
+    max_message_chars: int = 1_000_000
+    summary_timeout_s: float = 120.0
+    ttl_s: float | None = None
+    """Forget a session this long after its last write (None: keep it)."""
+    on_error: Callable[[SummarizerError], None] | None = None
+    """Called when a background fold fails (it is also logged); the history stays as it was."""
+
+    def __post_init__(self) -> None:
+        _check_config(self)
+
+    @property
+    def summary_limit(self) -> int:
+        return self.summary_tokens if self.summary_tokens is not None else self.max_tokens // 4
+
+
+def _check_config(config: ShortTermConfig) -> None:
+    def whole(value: object, what: str, low: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigurationError(f"ShortTermConfig.{what} must be an integer >= {low}, got {value!r}")
+
+    whole(config.max_tokens, "max_tokens", _MIN_BUDGET)
+    whole(config.keep_last, "keep_last", 1)
+    whole(config.max_message_chars, "max_message_chars", 1)
+    if config.summary_tokens is not None:
+        whole(config.summary_tokens, "summary_tokens", 16)
+        if config.summary_tokens >= config.max_tokens:
+            raise ConfigurationError("ShortTermConfig.summary_tokens must be smaller than max_tokens")
+    for name in ("compact_at", "fold_to"):
+        share = getattr(config, name)
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+            raise ConfigurationError(f"ShortTermConfig.{name} must be a share of max_tokens in (0, 1], got {share!r}")
+    if config.fold_to > config.compact_at:
+        raise ConfigurationError(
+            "ShortTermConfig.fold_to must not exceed compact_at (a fold would start again at once)"
+        )
+    if config.summarizer is not None and not isinstance(config.summarizer, Summarizer):
+        raise ConfigurationError(
+            "ShortTermConfig.summarizer must have 'async summarize(previous, messages, *, max_tokens, tokenizer)'"
+        )
+    check_number(config.summary_timeout_s, "ShortTermConfig.summary_timeout_s", minimum=0, allow_inf=True)
+    if config.ttl_s is not None:
+        check_number(config.ttl_s, "ShortTermConfig.ttl_s", minimum=0)
+    if config.on_error is not None and not callable(config.on_error):
+        raise ConfigurationError("ShortTermConfig.on_error must be callable")
+    resolve_tokenizer(config.tokenizer)  # a bad choice fails here, not at open
+
+
+class ShortTermMemory:
+    """``mem.short_term.session(session_id, user_id=..., agent_id=...)`` gives a ``ShortTermSession``."""
+
+    name = "short_term"
+    needs = frozenset({"kv"})
+
+    def __init__(self, backend: Backend, config: ShortTermConfig | None = None) -> None:
+        if config is not None and not isinstance(config, ShortTermConfig):
+            raise ConfigurationError(f"short_term must be a ShortTermConfig or None, got {type(config).__name__}")
+        self.backend = backend
+        self.config = config or ShortTermConfig()
+        self.summarizer: Summarizer = self.config.summarizer or ExtractiveSummarizer()
+        self._choice: TokenizerChoice = self.config.tokenizer
+        self.tokenizer: Tokenizer = resolve_tokenizer(self._choice)
+        self._sessions: weakref.WeakValueDictionary[str, ShortTermSession] = weakref.WeakValueDictionary()
+        self.running: set[ShortTermSession] = set()
+        """Sessions folding in the background (held here so they are not collected mid-fold)."""
+
+    async def setup(self) -> None:
+        self.tokenizer = await load_tokenizer(self.tokenizer, fallback=self._choice == "auto")
+
+    async def aclose(self) -> None:
+        for session in list(self.running):
+            await session._stop()
+
+    def session(self, session_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> ShortTermSession:
+        """The session ``session_id`` of this user (and agent): the same arguments give the same session."""
+        check_text(session_id, "session_id", MAX_ID_CHARS, error=ScopeError)
+        for value, what in ((user_id, "user_id"), (agent_id, "agent_id")):
+            if value is not None:
+                check_text(value, what, MAX_ID_CHARS, error=ScopeError)
+        key = session_key(user_id, agent_id, session_id)
+        found = self._sessions.get(key)
+        if found is None:
+            found = ShortTermSession(self, key, _label(session_id, user_id, agent_id))
+            self._sessions[key] = found
+        return found
+
+    def report(self, label: str, exc: Exception) -> None:
+        error = exc if isinstance(exc, SummarizerError) else SummarizerError(f"{type(exc).__name__}: {exc}")
+        log.warning("memkit: folding short-term session %s failed, its history is kept: %s", label, error)
+        if self.config.on_error is not None:
+            try:
+                self.config.on_error(error)
+            except Exception:
+                log.exception("memkit: ShortTermConfig.on_error raised")
+
+
+def _label(session_id: str, user_id: str | None, agent_id: str | None) -> str:
+    parts = [f"{session_id!r}"] + [f"{k}={v!r}" for k, v in (("user_id", user_id), ("agent_id", agent_id)) if v]
+    return " ".join(parts)

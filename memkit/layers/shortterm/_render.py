@@ -1,0 +1,202 @@
+"""From a session's state to messages ready to send, within the token budget.
+
+The rule when everything does not fit, in order of what is kept:
+
+1. the pinned system messages (at most half the budget when the newest turn needs the rest);
+2. the newest turn, whatever its size: contents too large for what is left are cut in the middle with a
+   marker saying how much was cut (``[... 1234 tokens cut by memkit to fit the budget ...]``);
+3. the rolling summary (cut the same way when it alone does not fit);
+4. older turns, newest first, as many as fit whole. Those left out are named in a marker line at the end
+   of the summary message (they are still in the history, and the next fold summarises them).
+
+Nothing is dropped without a marker, and the result never exceeds the budget as the session's tokenizer
+counts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from memkit.layers.shortterm._messages import Message, ToolCall, split_turns
+from memkit.tokens import MESSAGE_OVERHEAD, Tokenizer
+
+__all__ = ["AnthropicMessages", "Window", "fit_window", "message_tokens", "to_anthropic", "to_openai"]
+
+SUMMARY_HEADER = "Summary of the earlier conversation:\n"
+_CONTINUE = "(The conversation so far is summarised in the system prompt.)"
+_json = msgspec.json.Decoder()
+
+
+class AnthropicMessages(list[dict[str, Any]]):
+    """Anthropic's ``messages``, with the system prompt beside them:
+    ``client.messages.create(system=msgs.system, messages=msgs, ...)``."""
+
+    system: str = ""
+
+
+class Window(msgspec.Struct, frozen=True, kw_only=True):
+    system: list[str]
+    """Pinned system contents, then the summary message (if any), each one system message."""
+    messages: list[Message]
+    omitted: int = 0
+    """Older messages left out to fit the budget (named in the summary message)."""
+    tokens: int = 0
+
+
+def message_tokens(message: Message, tokenizer: Tokenizer) -> int:
+    """What the message costs in a request: content, tool calls and each one's overhead."""
+    if message.tokens:
+        return message.tokens
+    calls = sum(tokenizer.count(c.name) + tokenizer.count(c.arguments) + MESSAGE_OVERHEAD for c in message.tool_calls)
+    return MESSAGE_OVERHEAD + tokenizer.count(message.content) + calls
+
+
+def _omitted_note(count: int) -> str:
+    return f"\n[{count} earlier messages are not shown here; they will be folded into this summary]"
+
+
+def truncate_text(text: str, max_tokens: int, tokenizer: Tokenizer) -> str:
+    """``text`` if it fits, else its head and tail around a marker, within ``max_tokens`` (binary search)."""
+    total = tokenizer.count(text)
+    if total <= max_tokens:
+        return text
+
+    marker = f"\n[... {total} tokens cut by memkit to fit the budget ...]\n"
+
+    def cut(keep: int) -> str:
+        head = keep * 2 // 3
+        return text[:head] + marker + text[len(text) - (keep - head) :]
+
+    low, high = 0, len(text)
+    if tokenizer.count(cut(0)) > max_tokens:
+        return ""
+    while low < high:
+        middle = (low + high + 1) // 2
+        if tokenizer.count(cut(middle)) <= max_tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return cut(low)
+
+
+def _fit_turn(turn: list[Message], limit: int, tokenizer: Tokenizer) -> list[Message]:
+    """The turn within ``limit``: every content cut to an even share of what the calls leave."""
+    sizes = [message_tokens(m, tokenizer) for m in turn]
+    if sum(sizes) <= limit:
+        return turn
+    fixed = sum(size - tokenizer.count(m.content) for size, m in zip(sizes, turn, strict=True))
+    share = max(limit - fixed, 0) // max(len(turn), 1)
+    return [msgspec.structs.replace(m, content=truncate_text(m.content, share, tokenizer), tokens=0) for m in turn]
+
+
+def fit_window(
+    pinned: Sequence[str], summary: str, messages: Sequence[Message], budget: int, tokenizer: Tokenizer
+) -> Window:
+    """What of the session to send within ``budget`` tokens (the rule in the module docstring)."""
+    turns = [list(messages[t.start : t.end]) for t in split_turns(messages)]
+    newest = turns.pop() if turns else []
+    # Held back from the start, so that the marker naming left-out turns, and the user message Anthropic
+    # needs before an assistant one, always fit.
+    reserve = tokenizer.count(_CONTINUE) + 2 * MESSAGE_OVERHEAD
+    if turns or summary:
+        reserve += tokenizer.count(SUMMARY_HEADER + _omitted_note(10**6))
+    room = budget - reserve
+    newest_size = sum(message_tokens(m, tokenizer) for m in newest)
+    pinned_limit = room - min(newest_size, room // 2)
+    system: list[str] = []
+    for text in pinned:
+        left = pinned_limit - MESSAGE_OVERHEAD
+        kept = truncate_text(text, left, tokenizer) if left > 0 else ""
+        if kept:
+            system.append(kept)
+            pinned_limit -= tokenizer.count(kept) + MESSAGE_OVERHEAD
+            room -= tokenizer.count(kept) + MESSAGE_OVERHEAD
+    newest = _fit_turn(newest, room, tokenizer) if newest else []
+    room -= sum(message_tokens(m, tokenizer) for m in newest)
+    return _add_older(system, summary, turns, newest, room=room, tokenizer=tokenizer)
+
+
+def _add_older(
+    system: list[str],
+    summary: str,
+    turns: list[list[Message]],
+    newest: list[Message],
+    *,
+    room: int,
+    tokenizer: Tokenizer,
+) -> Window:
+    summary_text = truncate_text(SUMMARY_HEADER + summary, room - MESSAGE_OVERHEAD, tokenizer) if summary else ""
+    room -= tokenizer.count(summary_text) + MESSAGE_OVERHEAD if summary_text else 0
+    kept: list[Message] = []
+    omitted = 0
+    for turn in reversed(turns):
+        size = sum(message_tokens(m, tokenizer) for m in turn)
+        if omitted == 0 and size <= room:
+            kept[:0] = turn
+            room -= size
+        else:
+            omitted += len(turn)
+    if omitted:
+        summary_text = (summary_text or SUMMARY_HEADER.rstrip(":\n")) + _omitted_note(omitted)
+    if summary_text:
+        system.append(summary_text)
+    total = sum(tokenizer.count(t) + MESSAGE_OVERHEAD for t in system)
+    total += sum(message_tokens(m, tokenizer) for m in kept + newest)
+    return Window(system=system, messages=kept + newest, omitted=omitted, tokens=total)
+
+
+def to_openai(window: Window) -> list[dict[str, Any]]:
+    rendered: list[dict[str, Any]] = [{"role": "system", "content": text} for text in window.system]
+    for m in window.messages:
+        if m.role == "tool":
+            rendered.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+            continue
+        out: dict[str, Any] = {"role": m.role, "content": m.content}
+        if m.name and m.role == "user":
+            out["name"] = m.name
+        if m.tool_calls:
+            out["content"] = m.content or None
+            out["tool_calls"] = [_openai_call(c) for c in m.tool_calls]
+        rendered.append(out)
+    return rendered
+
+
+def _openai_call(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def _arguments(text: str) -> Any:
+    try:
+        value = _json.decode(text)
+    except msgspec.DecodeError:
+        return {"arguments": text}  # Anthropic wants an object; keep what the model sent
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _blocks(m: Message) -> list[dict[str, Any]]:
+    if m.role == "tool":
+        block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content}
+        return [block | {"is_error": True}] if m.is_error else [block]
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+    return blocks + [
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": _arguments(c.arguments)} for c in m.tool_calls
+    ]
+
+
+def to_anthropic(window: Window) -> AnthropicMessages:
+    """Consecutive messages of one side merged (tool results are the user's side, first in their message)."""
+    rendered = AnthropicMessages()
+    rendered.system = "\n\n".join(window.system)
+    for m in window.messages:
+        role = "user" if m.role in ("user", "tool") else "assistant"
+        blocks = _blocks(m)
+        if rendered and rendered[-1]["role"] == role:
+            rendered[-1]["content"].extend(blocks)
+        else:
+            rendered.append({"role": role, "content": blocks})
+    if rendered and rendered[0]["role"] == "assistant":
+        rendered.insert(0, {"role": "user", "content": [{"type": "text", "text": _CONTINUE}]})
+    return rendered

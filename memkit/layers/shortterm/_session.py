@@ -1,0 +1,237 @@
+"""One conversation under a token budget: ``add`` messages, ``to_messages()`` to send.
+
+``add`` writes the message and returns; it never waits for a fold. When the session grows past
+``compact_at`` of its budget, a fold starts in the background (one at a time per session in a process):
+the summariser runs with no lock held, and its result is applied by compare-and-set only if the turns it
+read are still the oldest ones (``_state``). Messages added meanwhile stay, in order. A failing fold
+changes nothing: it is logged, passed to ``on_error``, and tried again after a pause that doubles.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, overload
+
+import anyio
+import anyio.lowlevel
+import msgspec
+
+from memkit._background import BackgroundTask
+from memkit._time import new_id
+from memkit.errors import ConflictError, SummarizerError
+from memkit.layers._cas import ATTEMPTS
+from memkit.layers.shortterm._messages import Message, MessageInput, parse_messages
+from memkit.layers.shortterm._render import AnthropicMessages, fit_window, message_tokens, to_anthropic, to_openai
+from memkit.layers.shortterm._state import (
+    SESSION_NAMESPACE,
+    FoldPlan,
+    SessionState,
+    decode_state,
+    encode_state,
+    plan_fold,
+)
+
+if TYPE_CHECKING:
+    from memkit.layers.shortterm._layer import ShortTermMemory
+
+__all__ = ["ShortTermSession"]
+
+log = logging.getLogger("memkit")
+
+_FIRST_PAUSE_S = 1.0
+_LONGEST_PAUSE_S = 300.0
+
+
+class _Moved(Exception):
+    """The turns a fold summarised are no longer the oldest: another writer folded first."""
+
+
+class ShortTermSession:
+    """Get one with ``mem.short_term.session("chat-1", user_id="ada")``; the same arguments give the same
+    session, in this process and in any other on the same storage."""
+
+    def __init__(self, layer: ShortTermMemory, key: str, label: str) -> None:
+        self._layer = layer
+        self._key = key
+        self._label = label
+        self._write_lock = anyio.Lock(fast_acquire=True)
+        self._fold_lock = anyio.Lock(fast_acquire=True)
+        self._state: SessionState | None = None
+        self._raw: bytes | None = None
+        self._fold: BackgroundTask | None = None
+        self._pause_s = 0.0
+        self._retry_at = 0.0
+
+    # -- writing ----------------------------------------------------------------------------------------
+    async def add(self, message: MessageInput) -> None:
+        """Add one message (OpenAI or Anthropic shape); ``system`` messages are pinned, never folded."""
+        await self.add_many([message])
+
+    async def add_many(self, messages: Sequence[MessageInput]) -> None:
+        """Add messages in order, all or none (each is checked before anything is written)."""
+        config, tokenizer = self._layer.config, self._layer.tokenizer
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise TypeError("add_many takes a sequence of messages")
+        parsed = [m for given in messages for m in parse_messages(given, config.max_message_chars)]
+        counted = [msgspec.structs.replace(m, tokens=message_tokens(m, tokenizer)) for m in parsed]
+
+        def append(state: SessionState) -> SessionState:
+            pinned, rest = list(state.pinned), list(state.messages)
+            seq = state.next_seq
+            for m in counted:
+                (pinned if m.role == "system" else rest).append(msgspec.structs.replace(m, seq=seq))
+                seq += 1
+            return msgspec.structs.replace(state, pinned=pinned, messages=rest, next_seq=seq)
+
+        async with self._write_lock:
+            await self._write(append)
+        self._maybe_fold()
+
+    async def clear(self) -> None:
+        """Forget the session: messages, summary, everything."""
+        async with self._write_lock:
+            await self._layer.backend.kv_delete(SESSION_NAMESPACE, self._key)
+            self._state, self._raw = None, None
+
+    async def _load(self) -> SessionState:
+        raw = await self._layer.backend.kv_get(SESSION_NAMESPACE, self._key)
+        self._raw = raw
+        self._state = SessionState() if raw is None else decode_state(raw, self._label)
+        return self._state
+
+    async def _write(self, change: Callable[[SessionState], SessionState]) -> SessionState:
+        """Apply ``change`` to the stored state by compare-and-set, again on top of any other writer's."""
+        backend, ttl = self._layer.backend, self._layer.config.ttl_s
+        for _ in range(ATTEMPTS):
+            current = self._state if self._state is not None else await self._load()
+            new = change(current)
+            new.writer = new_id()
+            raw = encode_state(new)
+            if await backend.kv_replace(SESSION_NAMESPACE, self._key, raw, expected=self._raw, ttl_s=ttl):
+                self._state, self._raw = new, raw
+                return new
+            await self._load()
+            await anyio.lowlevel.checkpoint()
+        raise ConflictError(
+            f"the short-term session {self._label} kept changing under concurrent writers; nothing was changed"
+        )
+
+    # -- reading ----------------------------------------------------------------------------------------
+    @overload
+    async def to_messages(self, format: Literal["openai"] = "openai") -> list[dict[str, Any]]: ...
+    @overload
+    async def to_messages(self, format: Literal["anthropic"]) -> AnthropicMessages: ...
+
+    async def to_messages(
+        self, format: Literal["openai", "anthropic"] = "openai"
+    ) -> list[dict[str, Any]] | AnthropicMessages:
+        """The session within its token budget, ready to send. ``"anthropic"`` gives the messages with the
+        system prompt as ``.system``: ``client.messages.create(system=msgs.system, messages=msgs, ...)``."""
+        if format not in ("openai", "anthropic"):
+            raise ValueError(f"format must be 'openai' or 'anthropic', got {format!r}")
+        state = await self._load()
+        config, tokenizer = self._layer.config, self._layer.tokenizer
+        window = fit_window(
+            [m.content for m in state.pinned], state.summary, state.messages, config.max_tokens, tokenizer
+        )
+        return to_openai(window) if format == "openai" else to_anthropic(window)
+
+    async def history(self) -> list[Message]:
+        """The messages not folded yet (pinned system messages first), in full."""
+        state = await self._load()
+        return [*state.pinned, *state.messages]
+
+    async def summary(self) -> str:
+        """The rolling summary of what was folded ("" before the first fold)."""
+        return (await self._load()).summary
+
+    # -- folding ----------------------------------------------------------------------------------------
+    def _plan(self, state: SessionState) -> FoldPlan | None:
+        config = self._layer.config
+        if state.tokens <= config.compact_at * config.max_tokens:
+            return None
+        target = int(config.fold_to * config.max_tokens) - config.summary_limit + state.summary_tokens
+        return plan_fold(state, keep_last=config.keep_last, target_tokens=target)
+
+    def _maybe_fold(self) -> None:
+        if self._fold is not None or self._state is None or anyio.current_time() < self._retry_at:
+            return
+        if self._plan(self._state) is not None:
+            self._fold = BackgroundTask.start(self._fold_in_background)
+            self._layer.running.add(self)
+
+    async def _fold_in_background(self) -> None:
+        folded = False
+        try:
+            folded = await self.compact()
+            self._pause_s = 0.0
+        except Exception as exc:  # reported, never raised into an add
+            self._pause_s = min(max(self._pause_s * 2, _FIRST_PAUSE_S), _LONGEST_PAUSE_S)
+            self._retry_at = anyio.current_time() + self._pause_s
+            self._layer.report(self._label, exc)
+        finally:
+            self._fold = None
+            self._layer.running.discard(self)
+        if folded:
+            self._maybe_fold()  # more may have arrived while it ran
+
+    async def compact(self) -> bool:
+        """Fold now if the session is over ``compact_at`` of its budget; True when something was folded.
+        Raises ``SummarizerError`` when the summariser fails (nothing is changed then)."""
+        async with self._fold_lock:
+            plan = self._plan(await self._load())
+            if plan is None:
+                return False
+            folding = (self._state or SessionState()).messages[: plan.count]
+            summary = await self._summarize(plan.previous_summary, folding)
+            tokens = self._layer.tokenizer.count(summary)
+
+            def apply(state: SessionState) -> SessionState:
+                if (
+                    state.summary != plan.previous_summary
+                    or tuple(m.seq for m in state.messages[: plan.count]) != plan.seqs
+                ):
+                    raise _Moved
+                rest = state.messages[plan.count :]
+                return msgspec.structs.replace(
+                    state, summary=summary, summary_tokens=tokens, messages=rest, folded=state.folded + plan.count
+                )
+
+            try:
+                async with self._write_lock:
+                    await self._write(apply)
+            except _Moved:
+                return False
+            return True
+
+    async def _summarize(self, previous: str, folding: list[Message]) -> str:
+        config, layer = self._layer.config, self._layer
+        try:
+            with anyio.fail_after(config.summary_timeout_s):
+                summary = await layer.summarizer.summarize(previous, folding, max_tokens=config.summary_limit,
+                                                           tokenizer=layer.tokenizer)  # fmt: skip
+        except SummarizerError:
+            raise
+        except TimeoutError as exc:
+            raise SummarizerError(
+                f"the summariser took longer than {config.summary_timeout_s} s (summary_timeout_s)"
+            ) from exc
+        except Exception as exc:
+            raise SummarizerError(f"the summariser failed: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(summary, str) or not summary.strip():
+            raise SummarizerError(f"the summariser returned {summary!r}, not a summary; the turns stay unfolded")
+        return summary
+
+    async def wait_idle(self) -> None:
+        """Wait until background folding of this session (if any runs) has finished."""
+        while self._fold is not None:
+            await self._fold.wait()
+
+    async def _stop(self) -> None:
+        """Cancel a running fold (at close): nothing is lost, the turns stay unfolded until the next one."""
+        if self._fold is not None:
+            await self._fold.stop()
+
+    def __repr__(self) -> str:
+        return f"ShortTermSession({self._label})"
