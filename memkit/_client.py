@@ -28,6 +28,7 @@ from memkit.layers._base import Layer, missing_capabilities
 from memkit.layers.longterm import LongTermConfig, LongTermMemory
 from memkit.layers.longterm._access import AccessTracker
 from memkit.layers.shortterm import ShortTermConfig, ShortTermMemory
+from memkit.layers.working import WorkingMemory
 
 __all__ = ["DEFAULT_URL", "Memkit"]
 
@@ -35,7 +36,7 @@ log = logging.getLogger("memkit")
 
 DEFAULT_URL = "sqlite:///memkit.db"
 EmbedderChoice = Embedder | Literal["auto", "local", "hashing"]
-LAYERS = ("long_term", "short_term")
+LAYERS = ("long_term", "short_term", "working")
 _RELEASE_S = 0.25
 """The least time each backend gets to release its connections when close_timeout has run out."""
 
@@ -83,7 +84,8 @@ class Memkit:
         self._access = AccessTracker()
         self._long_term = LongTermMemory(self._backends[urls["long_term"]], self.embedder, long_term, self._access)
         self._short_term = ShortTermMemory(self._backends[urls["short_term"]], short_term)
-        self._layers: list[Layer] = [self._long_term, self._short_term]
+        self._working = WorkingMemory(self._backends[urls["working"]], lambda: self._short_term.tokenizer)
+        self._layers: list[Layer] = [self._long_term, self._short_term, self._working]
         self._flusher: BackgroundTask | None = None
         self._unserved: dict[str, ConfigurationError] = {}
         """Layers whose backend lacks what they need: using one raises its error."""
@@ -103,6 +105,11 @@ class Memkit:
     def short_term(self) -> ShortTermMemory:
         self._require_open("short_term")
         return self._short_term
+
+    @property
+    def working(self) -> WorkingMemory:
+        self._require_open("working")
+        return self._working
 
     def _require_open(self, what: str) -> None:
         if not self._open:
