@@ -56,6 +56,17 @@ if TYPE_CHECKING:
         RecallHit,
         StoreResult,
     )
+    from memkit.layers.shortterm import (
+        AnthropicMessages,
+        ExtractiveSummarizer,
+        LLMSummarizer,
+        ShortTermConfig,
+        ShortTermMemory,
+        ShortTermSession,
+        Summarizer,
+    )
+    from memkit.layers.working import TaskState, WorkingItem, WorkingMemory
+    from memkit.tokens import EstimateTokenizer, TiktokenTokenizer, Tokenizer
 
 __version__ = "0.1.0"
 
@@ -71,6 +82,20 @@ _LAZY = {
         "memkit.layers.longterm",
     ),
     "NewMemory": "memkit.layers.longterm",
+    **dict.fromkeys(
+        (
+            "AnthropicMessages",
+            "ExtractiveSummarizer",
+            "LLMSummarizer",
+            "ShortTermConfig",
+            "ShortTermMemory",
+            "ShortTermSession",
+            "Summarizer",
+        ),
+        "memkit.layers.shortterm",
+    ),
+    **dict.fromkeys(("TaskState", "WorkingItem", "WorkingMemory"), "memkit.layers.working"),
+    **dict.fromkeys(("EstimateTokenizer", "TiktokenTokenizer", "Tokenizer"), "memkit.tokens"),
 }
 
 
@@ -126,4 +151,17 @@ __all__ = [
     "Weights",
     "__version__",
     "open_backend",
+    "AnthropicMessages",
+    "ExtractiveSummarizer",
+    "LLMSummarizer",
+    "ShortTermConfig",
+    "ShortTermMemory",
+    "ShortTermSession",
+    "Summarizer",
+    "TaskState",
+    "WorkingItem",
+    "WorkingMemory",
+    "EstimateTokenizer",
+    "TiktokenTokenizer",
+    "Tokenizer",
 ]

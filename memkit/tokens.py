@@ -15,9 +15,13 @@ never on the event loop.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import logging
 import math
+import os
 import re
+import tempfile
 import threading
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -47,6 +51,8 @@ _LONG_WORDS = re.compile(r"[A-Za-z]{7,}")  # a rare or long word splits into ~4-
 _PUNCT_RUNS = re.compile(r"[^\s\w]{3,}")  # runs of symbols are ~2 characters a token
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")  # a character outside ASCII costs a token or more
 _SAFETY = 1.1
+_DEFAULT_ENCODING = "o200k_base"
+_BLOB = "https://openaipublic.blob.core.windows.net/encodings/{}.tiktoken"
 
 
 @runtime_checkable
@@ -80,7 +86,7 @@ class EstimateTokenizer:
 class TiktokenTokenizer:
     """Exact counts for OpenAI models (``pip install 'memkit-sdk[tiktoken]'``); ``o200k_base`` by default."""
 
-    def __init__(self, encoding: str = "o200k_base") -> None:
+    def __init__(self, encoding: str = _DEFAULT_ENCODING) -> None:
         try:
             import tiktoken  # noqa: F401
         except ImportError as exc:
@@ -122,17 +128,26 @@ class TiktokenTokenizer:
 TokenizerChoice = Tokenizer | Literal["auto", "estimate", "tiktoken"]
 
 
+def _encoding_on_disk(name: str) -> bool:
+    """Whether tiktoken would load ``name`` from its cache, without the network (its own cache rule)."""
+    if importlib.util.find_spec("tiktoken") is None:
+        return False
+    folder = os.environ.get("TIKTOKEN_CACHE_DIR", os.environ.get("DATA_GYM_CACHE_DIR"))
+    if folder == "":
+        return False  # tiktoken's way of turning its cache off
+    folder = folder or os.path.join(tempfile.gettempdir(), "data-gym-cache")
+    return os.path.exists(os.path.join(folder, hashlib.sha1(_BLOB.format(name).encode()).hexdigest()))
+
+
 def resolve_tokenizer(choice: TokenizerChoice = "auto") -> Tokenizer:
-    """``"auto"``: tiktoken when it is installed, else the estimate; ``"tiktoken"`` insists on it."""
+    """``"auto"``: tiktoken when it is installed and its encoding is on disk (so opening memkit never goes
+    to the network), else the estimate; ``"tiktoken"`` insists on it (and may download the encoding)."""
     if choice == "estimate":
         return EstimateTokenizer()
     if choice == "tiktoken":
         return TiktokenTokenizer()
     if choice == "auto":
-        try:
-            return TiktokenTokenizer()
-        except MissingDependencyError:
-            return EstimateTokenizer()
+        return TiktokenTokenizer() if _encoding_on_disk(_DEFAULT_ENCODING) else EstimateTokenizer()
     if isinstance(choice, Tokenizer):
         return choice
     raise ConfigurationError(

@@ -70,7 +70,7 @@ def test_registered_adapter_absent(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_import_memkit_is_light() -> None:
-    heavy = ["numba", "redis", "asyncpg", "pinecone", "weaviate", "torch", "sentence_transformers", "httpx"]
+    heavy = ["numba", "redis", "asyncpg", "pinecone", "weaviate", "torch", "sentence_transformers", "httpx", "tiktoken"]
     code = f"import sys, memkit; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

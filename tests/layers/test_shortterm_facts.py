@@ -95,3 +95,38 @@ async def test_a_session_on_every_backend_with_a_key_value_face(kv_url: str) -> 
         assert await mem.short_term.session("everywhere", user_id="bob", agent_id="planner").history() == []
         await session.clear()
         assert await session.history() == [] and await session.summary() == ""
+
+
+def follows_the_instructions(body: dict[str, Any]) -> str:
+    """The double's stand-in for a model told to keep facts: the previous summary's lines and every new line
+    except small talk. memkit must hand it the previous summary and every folded message (tool results
+    included), and send what it answers; lose either and a fact goes missing below."""
+    system, user = body["messages"][0]["content"], body["messages"][1]["content"]
+    assert "decision" in system and "tool result" in system and "number" in system
+    previous, new = user.split("\n\nNew messages:\n")
+    kept = [line for line in previous.removeprefix("Previous summary:\n").splitlines() if line.startswith("- ")]
+    kept += [f"- {line}" for line in new.splitlines() if not any(line.endswith(f) for f in FILLER)]
+    return "\n".join(kept)
+
+
+async def test_every_planted_fact_survives_several_folds_with_the_llm_summarizer() -> None:
+    from memkit.layers.shortterm import LLMSummarizer
+    from memkit.llm import OpenAIChat
+    from memkit.testing.llm_double import LLMDouble
+
+    with LLMDouble() as double:
+        double.handler("openai", follows_the_instructions)
+        async with OpenAIChat("summary-model", base_url=double.openai_url, api_key="test") as llm:
+            config = ShortTermConfig(max_tokens=400, keep_last=2, summary_tokens=200, tokenizer="estimate",
+                                     summarizer=LLMSummarizer(llm))  # fmt: skip
+            async with Memkit("memory://", embedder="hashing", short_term=config) as mem:
+                session = mem.short_term.session("planted-llm", user_id="ada")
+                for turn in conversation():
+                    await session.add_many(turn)
+                    await session.wait_idle()
+                sent = everything_sent(await session.to_messages())
+        folds = double.requests("openai")
+    assert len(folds) >= 3, "the test must fold several times"
+    assert all(r.body["max_tokens"] == 200 for r in folds)  # the bound is passed to the model
+    missing = [fact for _, _, fact in PLANTED if fact not in sent] + [f for f in TOOL_FACTS if f not in sent]
+    assert not missing, f"lost in folding: {missing}\n{sent}"

@@ -68,9 +68,17 @@ def test_the_estimate_counts_nothing_as_nothing_and_grows_with_text() -> None:
     assert tokenizer.count("数据库连接失败") >= 7  # one a character at least, outside ASCII
 
 
+def test_auto_uses_tiktoken_only_when_its_encoding_is_on_disk(
+    tiktoken_offline: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert isinstance(resolve_tokenizer("auto"), TiktokenTokenizer)  # installed, and its files cached
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # an empty cache: "auto" must not download
+    assert isinstance(resolve_tokenizer("auto"), EstimateTokenizer)
+    assert isinstance(resolve_tokenizer("tiktoken"), TiktokenTokenizer)  # asked for: it may download
+
+
 def test_choosing_a_tokenizer() -> None:
     assert isinstance(resolve_tokenizer("estimate"), EstimateTokenizer)
-    assert isinstance(resolve_tokenizer("auto"), TiktokenTokenizer)  # installed in the dev environment
 
     class Words:
         name = "words"
