@@ -44,11 +44,12 @@ MESSAGE_OVERHEAD = 4
 
 # The shape of tiktoken's pre-tokenizer: a token rarely spans two of these pieces. Letters are
 # [^\W\d_] because Python's re has no \p{L}.
-_PIECES = re.compile(
-    r"'(?:[sdmtSDMT]|ll|ve|re)|[^\r\n\w]?[^\W\d_]+|\d{1,3}| ?[^\s\w]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+|_"
-)
+_PIECES_PATTERN = r"'(?:[sdmtSDMT]|ll|ve|re)|[^\r\n\w]?[^\W\d_]+|\d{1,3}| ?[^\s\w]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+|_"
+_PIECES = re.compile(_PIECES_PATTERN)
+_ASCII_PIECES = re.compile(_PIECES_PATTERN, re.ASCII)  # the same pieces on ASCII text, twice as fast
 _LONG_WORDS = re.compile(r"[A-Za-z]{7,}")  # a rare or long word splits into ~4-letter tokens past 6 letters
 _PUNCT_RUNS = re.compile(r"[^\s\w]{3,}")  # runs of symbols are ~2 characters a token
+_ASCII_PUNCT_RUNS = re.compile(r"[^\s\w]{3,}", re.ASCII)
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")  # a character outside ASCII costs a token or more
 _SAFETY = 1.1
 _DEFAULT_ENCODING = "o200k_base"
@@ -73,10 +74,13 @@ class EstimateTokenizer:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        pieces: float = len(_PIECES.findall(text))
-        pieces += sum(len(word) - 6 for word in _LONG_WORDS.findall(text)) / 4
-        pieces += sum(len(run) - 2 for run in _PUNCT_RUNS.findall(text)) / 2
-        pieces += len(_NON_ASCII.findall(text))
+        ascii = text.isascii()
+        pieces: float = len((_ASCII_PIECES if ascii else _PIECES).findall(text))
+        words = _LONG_WORDS.findall(text)
+        runs = (_ASCII_PUNCT_RUNS if ascii else _PUNCT_RUNS).findall(text)
+        pieces += (sum(map(len, words)) - 6 * len(words)) / 4 + (sum(map(len, runs)) - 2 * len(runs)) / 2
+        if not ascii:
+            pieces += len(_NON_ASCII.findall(text))
         return math.ceil(pieces * _SAFETY)
 
     def __repr__(self) -> str:

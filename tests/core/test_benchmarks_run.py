@@ -22,3 +22,17 @@ def test_scoring_benchmark_writes_json_and_plot(tmp_path: Path) -> None:
         assert set(row) >= {"n", "dtype", "fused_ms", "numpy_ms", "floor_ms", "recall_at_10"}
         assert row["n"] == 3000 and row["fused_ms"] > 0 and 0.9 <= row["recall_at_10"] <= 1.0
     assert png.stat().st_size > 10_000
+
+
+def test_session_benchmark_writes_its_figures(tmp_path: Path) -> None:
+    out, png = tmp_path / "session.json", tmp_path / "session.png"
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.session", "--turns", "60", "--json", str(out), "--plot", str(png)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    figures = json.loads(out.read_text())
+    for key in ("add_p50_us", "add_p99_us", "compaction_ms", "facts_kept", "wm_set_us", "wm_context_us"):
+        assert figures[key] >= 0, key
+    assert figures["folds"] >= 1 and figures["over_budget"] == 0
+    assert figures["max_rendered_tokens"] <= figures["budget"]
+    assert png.stat().st_size > 10_000

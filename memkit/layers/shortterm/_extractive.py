@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import anyio.lowlevel
 import msgspec
 
 from memkit.layers.shortterm._messages import Message
@@ -37,6 +38,9 @@ _WORDS = re.compile(r"[a-z0-9]+")
 _TOOL_CHARS = 300
 _LINE_CHARS = 400
 _NEAR_COPY = 0.8
+_DIGITS = re.compile(r"\d+(?:[.,:]\d+)*")
+_REPEAT_WEIGHT = 0.2
+_SLICE = 16
 
 
 class _Line(msgspec.Struct, gc=False):
@@ -68,8 +72,9 @@ def _near_copy(words: frozenset[str], seen: list[frozenset[str]]) -> bool:
     return any(numbers <= other and len(words & other) / max(len(words | other), 1) >= _NEAR_COPY for other in seen)
 
 
-def _new_lines(messages: Sequence[Message]) -> list[tuple[str, float]]:
-    names = {call.id: (call.name, call.arguments) for m in messages for call in m.tool_calls}
+def _new_lines(messages: Sequence[Message], context: Sequence[Message]) -> list[tuple[str, float]]:
+    """Candidate lines of ``messages`` (tool names looked up in ``context``, which holds their calls)."""
+    names = {call.id: (call.name, call.arguments) for m in context for call in m.tool_calls}
     lines: list[tuple[str, float]] = []
     for m in messages:
         if m.role == "tool":
@@ -99,23 +104,43 @@ class ExtractiveSummarizer:
     async def summarize(
         self, previous: str, messages: Sequence[Message], *, max_tokens: int, tokenizer: Tokenizer
     ) -> str:
+        # CPU work on the event loop, in slices with a checkpoint between them, so the agent's loop is never
+        # held for long. (A worker thread would not help: it holds the GIL against every add meanwhile.)
         old = [line[2:] for line in previous.splitlines() if line.startswith("- ")]
         lines = [_Line(text, _line_score(text), i) for i, text in enumerate(old)]
         seen = [_words(line.text) for line in lines]
-        for text, score in _new_lines(messages):
-            words = _words(text)
-            if not _near_copy(words, seen):
-                seen.append(words)
-                lines.append(_Line(text, score, len(lines)))
-        return _within(lines, max_tokens, tokenizer)
+        for start in range(0, len(messages), _SLICE):
+            await anyio.lowlevel.checkpoint()
+            for text, score in _new_lines(messages[start : start + _SLICE], messages):
+                words = _words(text)
+                if not _near_copy(words, seen):
+                    seen.append(words)
+                    lines.append(_Line(text, score, len(lines)))
+        sizes: dict[int, int] = {}
+        for start in range(0, len(lines), _SLICE * 4):
+            await anyio.lowlevel.checkpoint()
+            sizes |= {id(line): tokenizer.count(f"- {line.text}\n") for line in lines[start : start + _SLICE * 4]}
+        return _within(lines, sizes, max_tokens)
 
 
-def _within(lines: list[_Line], max_tokens: int, tokenizer: Tokenizer) -> str:
-    """The lines in order, the weakest (then oldest) dropped until the summary fits."""
-    sizes = {id(line): tokenizer.count(f"- {line.text}\n") for line in lines}
+def _shape(text: str) -> str:
+    """The line with its numbers masked: a search run 40 times gives 40 lines of one shape."""
+    return _DIGITS.sub("#", text.lower())
+
+
+def _within(lines: list[_Line], sizes: dict[int, int], max_tokens: int) -> str:
+    """The lines in order, the weakest (then oldest) dropped until the summary fits. A line repeating the
+    shape of a newer one ("3 results, the first at 45 euros" before "4 results, the first at 61 euros") counts
+    a fifth of its score: of a run of look-alike results the newest is the one worth keeping."""
     total = sum(sizes.values())
+    if total <= max_tokens:
+        return "\n".join(f"- {line.text}" for line in lines)
+    newest: dict[str, int] = {}
+    for line in lines:
+        newest[_shape(line.text)] = line.order
+    weight = {id(x): x.score * (1.0 if newest[_shape(x.text)] == x.order else _REPEAT_WEIGHT) for x in lines}
     dropped: set[int] = set()
-    for line in sorted(lines, key=lambda x: (x.score, x.order)):
+    for line in sorted(lines, key=lambda x: (weight[id(x)], x.order)):
         if total <= max_tokens:
             break
         dropped.add(id(line))

@@ -76,16 +76,8 @@ class ShortTermSession:
         parsed = [m for given in messages for m in parse_messages(given, config.max_message_chars)]
         counted = [msgspec.structs.replace(m, tokens=message_tokens(m, tokenizer)) for m in parsed]
 
-        def append(state: SessionState) -> SessionState:
-            pinned, rest = list(state.pinned), list(state.messages)
-            seq = state.next_seq
-            for m in counted:
-                (pinned if m.role == "system" else rest).append(msgspec.structs.replace(m, seq=seq))
-                seq += 1
-            return msgspec.structs.replace(state, pinned=pinned, messages=rest, next_seq=seq)
-
         async with self._write_lock:
-            await self._write(append)
+            await self._write(lambda state: state.appended(counted))
         self._maybe_fold()
 
     async def clear(self) -> None:
@@ -155,9 +147,12 @@ class ShortTermSession:
         return plan_fold(state, keep_last=config.keep_last, target_tokens=target)
 
     def _maybe_fold(self) -> None:
-        if self._fold is not None or self._state is None or anyio.current_time() < self._retry_at:
+        """Start a background fold when the session is over its threshold. Only the cheap test here (this
+        runs in every add); the fold itself finds what to fold, or that nothing may be folded yet."""
+        state, config = self._state, self._layer.config
+        if self._fold is not None or state is None or anyio.current_time() < self._retry_at:
             return
-        if self._plan(self._state) is not None:
+        if state.tokens > config.compact_at * config.max_tokens and len(state.messages) > config.keep_last:
             self._fold = BackgroundTask.start(self._fold_in_background)
             self._layer.running.add(self)
 
@@ -193,10 +188,7 @@ class ShortTermSession:
                     or tuple(m.seq for m in state.messages[: plan.count]) != plan.seqs
                 ):
                     raise _Moved
-                rest = state.messages[plan.count :]
-                return msgspec.structs.replace(
-                    state, summary=summary, summary_tokens=tokens, messages=rest, folded=state.folded + plan.count
-                )
+                return state.folded_into(plan.count, summary, tokens)
 
             try:
                 async with self._write_lock:

@@ -23,8 +23,22 @@ SESSION_NAMESPACE = "memkit.sessions"
 _VERSION = 1
 
 
+class _Wire(msgspec.Struct, array_like=True):
+    """The stored form: each message already encoded, so a write re-encodes none of them."""
+
+    version: int
+    pinned: list[msgspec.Raw]
+    summary: str
+    summary_tokens: int
+    messages: list[msgspec.Raw]
+    folded: int
+    next_seq: int
+    writer: str
+
+
 class SessionState(msgspec.Struct, kw_only=True):
-    version: int = _VERSION
+    """A session in memory: its messages, and beside them each one's stored encoding (``*_raw``)."""
+
     pinned: list[Message] = msgspec.field(default_factory=list)
     """System messages, never folded, always sent first."""
     summary: str = ""
@@ -36,11 +50,38 @@ class SessionState(msgspec.Struct, kw_only=True):
     next_seq: int = 0
     writer: str = ""
     """Unique per write: two writers that computed the same state never both win its compare-and-set."""
+    pinned_raw: list[msgspec.Raw] = msgspec.field(default_factory=list)
+    messages_raw: list[msgspec.Raw] = msgspec.field(default_factory=list)
+    tokens: int = 0
+    """What sending everything would cost (the compaction trigger compares it with the budget)."""
 
-    @property
-    def tokens(self) -> int:
-        """What sending everything would cost (the compaction trigger compares it with the budget)."""
-        return sum(m.tokens for m in self.pinned) + self.summary_tokens + sum(m.tokens for m in self.messages)
+    def appended(self, new: Sequence[Message]) -> SessionState:
+        """A copy with ``new`` added (numbered from ``next_seq``; system messages pinned)."""
+        pinned, rest = list(self.pinned), list(self.messages)
+        pinned_raw, rest_raw = list(self.pinned_raw), list(self.messages_raw)
+        seq = self.next_seq
+        for message in new:
+            numbered = msgspec.structs.replace(message, seq=seq)
+            raw = msgspec.Raw(_encoder.encode(numbered))
+            if message.role == "system":
+                pinned.append(numbered)
+                pinned_raw.append(raw)
+            else:
+                rest.append(numbered)
+                rest_raw.append(raw)
+            seq += 1
+        added = sum(m.tokens for m in new)
+        return msgspec.structs.replace(self, pinned=pinned, messages=rest, pinned_raw=pinned_raw,
+                                       messages_raw=rest_raw, next_seq=seq, tokens=self.tokens + added)  # fmt: skip
+
+    def folded_into(self, count: int, summary: str, summary_tokens: int) -> SessionState:
+        """A copy whose first ``count`` messages are replaced by ``summary``."""
+        gone = sum(m.tokens for m in self.messages[:count])
+        return msgspec.structs.replace(
+            self, summary=summary, summary_tokens=summary_tokens, messages=self.messages[count:],
+            messages_raw=self.messages_raw[count:], folded=self.folded + count,
+            tokens=self.tokens - gone - self.summary_tokens + summary_tokens,
+        )  # fmt: skip
 
 
 class FoldPlan(msgspec.Struct, frozen=True):
@@ -51,26 +92,33 @@ class FoldPlan(msgspec.Struct, frozen=True):
 
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(SessionState)
+_decoder = msgspec.msgpack.Decoder(_Wire)
+_decode_message = msgspec.msgpack.Decoder(Message).decode
 
 
 def encode_state(state: SessionState) -> bytes:
-    return _encoder.encode(state)
+    return _encoder.encode(_Wire(_VERSION, state.pinned_raw, state.summary, state.summary_tokens,
+                                 state.messages_raw, state.folded, state.next_seq, state.writer))  # fmt: skip
 
 
 def decode_state(raw: bytes, where: str) -> SessionState:
     try:
-        state = _decoder.decode(raw)
+        wire = _decoder.decode(raw)
+        pinned = [_decode_message(m) for m in wire.pinned]
+        messages = [_decode_message(m) for m in wire.messages]
     except msgspec.DecodeError as exc:
         raise CorruptDataError(
             f"the short-term session {where} holds data memkit cannot read ({exc}); nothing was changed; "
             "clear() it to start the session again"
         ) from exc
-    if state.version > _VERSION:
+    if wire.version > _VERSION:
         raise CorruptDataError(
-            f"the short-term session {where} was written by a newer memkit (format {state.version}); upgrade memkit"
+            f"the short-term session {where} was written by a newer memkit (format {wire.version}); upgrade memkit"
         )
-    return state
+    tokens = sum(m.tokens for m in pinned) + wire.summary_tokens + sum(m.tokens for m in messages)
+    return SessionState(pinned=pinned, summary=wire.summary, summary_tokens=wire.summary_tokens, messages=messages,
+                        folded=wire.folded, next_seq=wire.next_seq, writer=wire.writer, pinned_raw=wire.pinned,
+                        messages_raw=wire.messages, tokens=tokens)  # fmt: skip
 
 
 def session_key(user_id: str | None, agent_id: str | None, session_id: str) -> str:
