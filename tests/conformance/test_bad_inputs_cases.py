@@ -29,6 +29,7 @@ from memkit import (
 )
 from memkit.embedders import HashingEmbedder
 from memkit.layers.longterm import NewMemory
+from memkit.layers.shortterm import ShortTermConfig
 
 ADA, MALLORY = "ada", "mallory"
 OK = None
@@ -293,7 +294,8 @@ CLIENT_CASES = [
     *cases("Memkit", "embedder", ConfigurationError, None, 5, "HASHING", "", b"hashing", ["hashing"], object(),
            HashingEmbedder),
     *cases("Memkit", "long_term", ValidationError, "x", {}, {"collection": "x"}, 5, LongTermConfig, Weights()),
-    *cases("Memkit", "layer_urls", ConfigurationError, "long_term", ["long_term"], 5, {"short_term": "memory://"},
+    *cases("Memkit", "short_term", ValidationError, "x", {}, {"max_tokens": 500}, 5, ShortTermConfig),
+    *cases("Memkit", "layer_urls", ConfigurationError, "long_term", ["long_term"], 5, {"episodic": "memory://"},
            {1: "memory://", "x": "memory://"}),
     *cases("Memkit", "layer_urls", InvalidURLError, {"long_term": 5}, {"long_term": ""}, {"long_term": b"x"}),
     *cases("Memkit", "layer_urls", UnknownSchemeError, {"long_term": "nope://x"}),

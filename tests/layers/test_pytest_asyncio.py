@@ -45,3 +45,40 @@ async def test_open_and_aclose_as_framework_hooks(tmp_path: Path) -> None:
         await mem.long_term.store("opened by a start-up hook", user_id="u")
     finally:
         await mem.aclose()
+
+
+@pytest.mark.asyncio
+async def test_an_agent_loop_with_short_term_and_working_memory(mem: Memkit) -> None:
+    """The fixture closes memkit in another task, possibly while a fold runs in the background."""
+    chat = mem.short_term.session("loop", user_id="ada")
+    task = mem.working.task("loop-task", user_id="ada")
+    for turn in range(60):
+        await chat.add({"role": "user", "content": f"Step {turn}: please check price number {turn * 3}."})
+        await task.set("last_step", turn)
+        await chat.add({"role": "assistant", "content": f"Checked: {turn * 3} euros."})
+    messages = await chat.to_messages()
+    assert messages[-1]["content"] == "Checked: 177 euros."
+    assert await task.get("last_step") == 59
+
+
+def test_plain_asyncio_run_closes_with_a_fold_in_flight(tmp_path: Path) -> None:
+    import asyncio
+
+    from memkit import ShortTermConfig
+
+    class SlowSummarizer:
+        async def summarize(self, previous: str, messages: object, *, max_tokens: int, tokenizer: object) -> str:
+            await asyncio.sleep(30)  # still running when the program leaves its async with
+            return "never"
+
+    async def agent() -> list[dict[str, object]]:
+        config = ShortTermConfig(max_tokens=300, keep_last=2, summarizer=SlowSummarizer(), tokenizer="estimate")
+        async with Memkit(f"sqlite:///{tmp_path / 'run.db'}", embedder="hashing", short_term=config) as mem:
+            chat = mem.short_term.session("s")
+            for i in range(40):
+                await chat.add({"role": "user", "content": f"Message {i} with a few more words in it."})
+            await asyncio.sleep(0.05)  # the fold has started
+            return await chat.to_messages()
+
+    messages = asyncio.run(asyncio.wait_for(agent(), timeout=10))
+    assert messages[-1]["content"] == "Message 39 with a few more words in it."

@@ -298,3 +298,28 @@ async def test_a_message_struct_can_be_added_directly(mem: Memkit) -> None:
     await session.add(Message(role="user", content="from a Message"))
     assert (await session.history())[0].content == "from a Message"
     assert isinstance(mem.short_term.summarizer, ExtractiveSummarizer)
+
+
+async def test_a_snapshot_round_trips_through_msgspec_into_another_session(mem: Memkit) -> None:
+    import msgspec
+
+    from memkit import SessionSnapshot
+
+    source = mem.short_term.session("source", user_id="ada")
+    await source.add({"role": "system", "content": "Be terse."})
+    for i in range(30):
+        await source.add({"role": "user", "content": f"Fact {i}: the locker code is {1000 + i}."})
+        await source.add_many(weather_exchange(i))
+    await source.wait_idle()
+    await source.compact()
+    snapshot = await source.snapshot()
+    assert snapshot.summary and snapshot.folded > 0
+    saved = msgspec.json.encode(snapshot)  # what a checkpoint keeps
+    target = mem.short_term.session("target", user_id="ada")
+    await target.add({"role": "user", "content": "replaced by the restore"})
+    await target.restore(msgspec.json.decode(saved, type=SessionSnapshot))
+    assert await target.to_messages() == await source.to_messages()
+    assert await target.summary() == await source.summary()
+    with pytest.raises(ContentError):
+        await target.restore(SessionSnapshot(messages=[Message(role="tool", content="no call id")]))
+    assert await target.to_messages() == await source.to_messages()  # a bad snapshot changes nothing

@@ -5,6 +5,7 @@ from memkit.layers.shortterm._layer import ShortTermConfig, ShortTermMemory
 from memkit.layers.shortterm._messages import Message, ToolCall
 from memkit.layers.shortterm._render import AnthropicMessages
 from memkit.layers.shortterm._session import ShortTermSession
+from memkit.layers.shortterm._state import SessionSnapshot
 from memkit.layers.shortterm._summarizers import LLMSummarizer, Summarizer
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "ExtractiveSummarizer",
     "LLMSummarizer",
     "Message",
+    "SessionSnapshot",
     "ShortTermConfig",
     "ShortTermMemory",
     "ShortTermSession",

@@ -11,7 +11,7 @@ import msgspec
 
 from memkit._validation import MAX_ID_CHARS, check_number, check_text
 from memkit.backend import Backend
-from memkit.errors import ConfigurationError, ScopeError, SummarizerError
+from memkit.errors import ConfigurationError, ScopeError, SummarizerError, ValidationError
 from memkit.layers.shortterm._extractive import ExtractiveSummarizer
 from memkit.layers.shortterm._session import ShortTermSession
 from memkit.layers.shortterm._state import session_key
@@ -96,7 +96,7 @@ class ShortTermMemory:
 
     def __init__(self, backend: Backend, config: ShortTermConfig | None = None) -> None:
         if config is not None and not isinstance(config, ShortTermConfig):
-            raise ConfigurationError(f"short_term must be a ShortTermConfig or None, got {type(config).__name__}")
+            raise ValidationError(f"short_term must be a ShortTermConfig or None, got {type(config).__name__}")
         self.backend = backend
         self.config = config or ShortTermConfig()
         self.summarizer: Summarizer = self.config.summarizer or ExtractiveSummarizer()

@@ -26,6 +26,7 @@ from memkit.layers.shortterm._render import AnthropicMessages, fit_window, messa
 from memkit.layers.shortterm._state import (
     SESSION_NAMESPACE,
     FoldPlan,
+    SessionSnapshot,
     SessionState,
     decode_state,
     encode_state,
@@ -79,6 +80,31 @@ class ShortTermSession:
         async with self._write_lock:
             await self._write(lambda state: state.appended(counted))
         self._maybe_fold()
+
+    async def snapshot(self) -> SessionSnapshot:
+        """The whole session as a msgspec value (for checkpoints): pinned messages, summary, the rest."""
+        state = await self._load()
+        return SessionSnapshot(pinned=state.pinned, messages=state.messages, summary=state.summary, folded=state.folded)
+
+    async def restore(self, snapshot: SessionSnapshot) -> None:
+        """Make the session exactly ``snapshot`` (what was stored is replaced; every message is checked first)."""
+        if not isinstance(snapshot, SessionSnapshot):
+            raise TypeError(f"restore takes a SessionSnapshot, got {type(snapshot).__name__}")
+        config, tokenizer = self._layer.config, self._layer.tokenizer
+        checked = [
+            m
+            for given in [*snapshot.pinned, *snapshot.messages]
+            for m in parse_messages(given, config.max_message_chars)
+        ]
+        counted = [
+            msgspec.structs.replace(m, tokens=message_tokens(msgspec.structs.replace(m, tokens=0), tokenizer))
+            for m in checked
+        ]
+        summary_tokens = tokenizer.count(snapshot.summary)
+        restored = SessionState(summary=snapshot.summary, summary_tokens=summary_tokens, folded=snapshot.folded,
+                                tokens=summary_tokens).appended(counted)  # fmt: skip
+        async with self._write_lock:
+            await self._write(lambda _: msgspec.structs.replace(restored))
 
     async def clear(self) -> None:
         """Forget the session: messages, summary, everything."""

@@ -17,7 +17,16 @@ from memkit.errors import CorruptDataError
 from memkit.layers._keys import key_of
 from memkit.layers.shortterm._messages import Message, split_turns
 
-__all__ = ["SESSION_NAMESPACE", "FoldPlan", "SessionState", "decode_state", "encode_state", "plan_fold", "session_key"]
+__all__ = [
+    "SESSION_NAMESPACE",
+    "FoldPlan",
+    "SessionSnapshot",
+    "SessionState",
+    "decode_state",
+    "encode_state",
+    "plan_fold",
+    "session_key",
+]
 
 SESSION_NAMESPACE = "memkit.sessions"
 _VERSION = 1
@@ -82,6 +91,15 @@ class SessionState(msgspec.Struct, kw_only=True):
             messages_raw=self.messages_raw[count:], folded=self.folded + count,
             tokens=self.tokens - gone - self.summary_tokens + summary_tokens,
         )  # fmt: skip
+
+
+class SessionSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A whole session as a value: ``msgspec.json.encode(snapshot)`` for a checkpoint, ``restore`` it later."""
+
+    pinned: list[Message] = msgspec.field(default_factory=list)
+    messages: list[Message] = msgspec.field(default_factory=list)
+    summary: str = ""
+    folded: int = 0
 
 
 class FoldPlan(msgspec.Struct, frozen=True):
