@@ -90,17 +90,9 @@ class TimedSummarizer:
         return summary
 
 
-def rendered_tokens(messages: list[dict[str, Any]], tokenizer: Any) -> int:
-    total = 0
-    for m in messages:
-        total += 4 + tokenizer.count(m.get("content") or "")
-        for call in m.get("tool_calls") or ():
-            total += 4 + tokenizer.count(call["function"]["name"]) + tokenizer.count(call["function"]["arguments"])
-    return total
-
-
 async def run_session(url: str, turns: int, progress: tqdm) -> dict[str, Any]:  # type: ignore[type-arg]
     from memkit import Memkit, ShortTermConfig
+    from memkit.layers.shortterm import rendered_tokens
 
     summarizer = TimedSummarizer()
     config = ShortTermConfig(max_tokens=BUDGET, keep_last=6, summarizer=summarizer, tokenizer="estimate")

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 import msgspec
 
 from memkit.errors import LLMError
-from memkit.llm._budget import LLMBudget, LLMUsage
+from memkit.llm._budget import LLMBudget
 from memkit.llm._env import key_hint, settings_for
-from memkit.llm._http import ChatHTTP, RetryPolicy
+from memkit.llm._http import ChatHTTP, HTTPChatClient, RetryPolicy
 from memkit.llm._messages import as_messages, to_anthropic
 from memkit.llm._protocol import ChatMessage
 from memkit.llm._structured import Answer, Target, structured_with_repair, target_for
@@ -46,7 +45,7 @@ class _Message(msgspec.Struct):
 _decode_message = msgspec.json.Decoder(_Message).decode
 
 
-class AnthropicChat:
+class AnthropicChat(HTTPChatClient):
     """POSTs to ``{base_url}/v1/messages``. Takes messages in OpenAI shape and converts them (see ``_messages``).
 
     Arguments fall back to ``MEMKIT_LLM_MODEL``, ``MEMKIT_LLM_BASE_URL`` / ``ANTHROPIC_BASE_URL`` (default
@@ -95,21 +94,6 @@ class AnthropicChat:
     @property
     def model_id(self) -> str:
         return f"anthropic:{self._http.base_url}:{self._model}"
-
-    @property
-    def usage(self) -> LLMUsage:
-        return self._http.usage
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
 
     async def complete(
         self, messages: Sequence[ChatMessage], *, max_tokens: int | None = None, temperature: float | None = None

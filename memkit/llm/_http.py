@@ -14,7 +14,8 @@ import math
 import random
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 import anyio
 import httpx
@@ -23,7 +24,7 @@ import msgspec
 from memkit.errors import LLMRefusedError, LLMTimeoutError, LLMUnavailableError
 from memkit.llm._budget import LLMBudget, LLMUsage, Meter
 
-__all__ = ["ChatHTTP", "RetryPolicy", "retry_after_s", "server_message"]
+__all__ = ["ChatHTTP", "HTTPChatClient", "RetryPolicy", "retry_after_s", "server_message"]
 
 _RETRY_STATUS = frozenset({408, 409, 429})
 _encode = msgspec.json.Encoder().encode
@@ -193,3 +194,26 @@ class ChatHTTP:
 
 def _retryable(status: int) -> bool:
     return status in _RETRY_STATUS or status >= 500
+
+
+class HTTPChatClient:
+    """What both chat clients share: their ``ChatHTTP`` (connection pool, retries, budget) and its lifecycle."""
+
+    _http: ChatHTTP
+
+    @property
+    def usage(self) -> LLMUsage:
+        """Calls and tokens spent so far (what the budget is checked against)."""
+        return self._http.usage
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 import msgspec
 
 from memkit.errors import LLMError, ValidationError
-from memkit.llm._budget import LLMBudget, LLMUsage
+from memkit.llm._budget import LLMBudget
 from memkit.llm._env import key_hint, settings_for
-from memkit.llm._http import ChatHTTP, RetryPolicy, server_message
+from memkit.llm._http import ChatHTTP, HTTPChatClient, RetryPolicy, server_message
 from memkit.llm._messages import as_messages, with_system_instruction
 from memkit.llm._protocol import ChatMessage
 from memkit.llm._structured import Answer, Target, schema_instruction, structured_with_repair, target_for
@@ -50,7 +49,7 @@ class _Completion(msgspec.Struct):
 _decode_completion = msgspec.json.Decoder(_Completion).decode
 
 
-class OpenAIChat:
+class OpenAIChat(HTTPChatClient):
     """POSTs to ``{base_url}/chat/completions``; structured output by JSON Schema, JSON mode or the prompt.
 
     Arguments fall back to ``MEMKIT_LLM_MODEL``, ``MEMKIT_LLM_BASE_URL`` / ``OPENAI_BASE_URL`` (default
@@ -104,24 +103,9 @@ class OpenAIChat:
         return f"openai:{self._http.base_url}:{self._model}"
 
     @property
-    def usage(self) -> LLMUsage:
-        return self._http.usage
-
-    @property
     def structured_mode(self) -> StructuredMode:
         """How structured output is asked for now (it steps down when the server refuses a mode)."""
         return self._mode
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
 
     async def complete(
         self, messages: Sequence[ChatMessage], *, max_tokens: int | None = None, temperature: float | None = None

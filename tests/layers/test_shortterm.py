@@ -13,7 +13,7 @@ import pytest
 
 from memkit import Memkit
 from memkit.errors import ConfigurationError, ContentError, CorruptDataError, SummarizerError
-from memkit.layers.shortterm import ExtractiveSummarizer, Message, ShortTermConfig
+from memkit.layers.shortterm import ExtractiveSummarizer, Message, ShortTermConfig, rendered_tokens
 from memkit.layers.shortterm._state import SESSION_NAMESPACE
 from memkit.tokens import EstimateTokenizer
 
@@ -21,14 +21,8 @@ pytestmark = pytest.mark.anyio
 TOKENS = EstimateTokenizer()
 
 
-def rendered_tokens(messages: list[dict[str, Any]]) -> int:
-    """The OpenAI messages' cost counted the way the layer counts: content, calls, overhead per message."""
-    total = 0
-    for m in messages:
-        total += 4 + TOKENS.count(m.get("content") or "")
-        for call in m.get("tool_calls") or ():
-            total += 4 + TOKENS.count(call["function"]["name"]) + TOKENS.count(call["function"]["arguments"])
-    return total
+def count(messages: list[dict[str, Any]]) -> int:
+    return rendered_tokens(messages, TOKENS)
 
 
 def text_of(messages: list[dict[str, Any]]) -> str:
@@ -92,7 +86,7 @@ async def test_the_rendered_session_always_fits_the_budget(mem: Memkit) -> None:
     for i in range(40):
         await session.add({"role": "user", "content": f"Question {i}: what about option {i}? " * 3})
         await session.add_many(weather_exchange(i))
-        assert rendered_tokens(await session.to_messages()) <= 600
+        assert count(await session.to_messages()) <= 600
     await session.wait_idle()
     assert await session.summary()  # it folded
 
@@ -102,7 +96,7 @@ async def test_a_message_larger_than_the_budget_is_cut_with_a_marker_and_kept_wh
     huge = "The log line says the disk is full. " * 400
     await session.add({"role": "user", "content": huge})
     out = await session.to_messages()
-    assert rendered_tokens(out) <= 600
+    assert count(out) <= 600
     assert "tokens cut by memkit to fit the budget" in out[-1]["content"]
     assert out[-1]["content"].startswith("The log line")
     assert (await session.history())[-1].content == huge  # only the rendering is cut
@@ -115,7 +109,7 @@ async def test_older_turns_that_do_not_fit_are_named_not_dropped() -> None:
         for i in range(39):
             await session.add({"role": "user", "content": f"Point number {i} is about the quarterly report."})
         out = await session.to_messages()
-        assert rendered_tokens(out) <= 600
+        assert count(out) <= 600
         assert out[0]["role"] == "system" and "earlier messages are not shown" in out[0]["content"]
         assert out[-1]["content"].startswith("Point number 38")
         assert len(await session.history()) == 39
@@ -217,7 +211,7 @@ async def test_a_failing_summarizer_loses_nothing_and_reports(caplog: pytest.Log
         assert "folding short-term session" in caplog.text
         with pytest.raises(SummarizerError, match="the model is down"):
             await session.compact()
-        assert rendered_tokens(await session.to_messages()) <= 300
+        assert count(await session.to_messages()) <= 300
 
 
 async def test_the_session_continues_in_another_process(tmp_path: Any) -> None:

@@ -3,7 +3,7 @@
 from memkit.layers.shortterm._extractive import ExtractiveSummarizer
 from memkit.layers.shortterm._layer import ShortTermConfig, ShortTermMemory
 from memkit.layers.shortterm._messages import Message, ToolCall
-from memkit.layers.shortterm._render import AnthropicMessages
+from memkit.layers.shortterm._render import AnthropicMessages, rendered_tokens
 from memkit.layers.shortterm._session import ShortTermSession
 from memkit.layers.shortterm._state import SessionSnapshot
 from memkit.layers.shortterm._summarizers import LLMSummarizer, Summarizer
@@ -19,4 +19,5 @@ __all__ = [
     "ShortTermSession",
     "Summarizer",
     "ToolCall",
+    "rendered_tokens",
 ]

@@ -15,7 +15,7 @@ counts it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -23,7 +23,15 @@ import msgspec
 from memkit.layers.shortterm._messages import Message, ToolCall, split_turns
 from memkit.tokens import MESSAGE_OVERHEAD, Tokenizer
 
-__all__ = ["AnthropicMessages", "Window", "fit_window", "message_tokens", "to_anthropic", "to_openai"]
+__all__ = [
+    "AnthropicMessages",
+    "Window",
+    "fit_window",
+    "message_tokens",
+    "rendered_tokens",
+    "to_anthropic",
+    "to_openai",
+]
 
 SUMMARY_HEADER = "Summary of the earlier conversation:\n"
 _CONTINUE = "(The conversation so far is summarised in the system prompt.)"
@@ -52,6 +60,17 @@ def message_tokens(message: Message, tokenizer: Tokenizer) -> int:
         return message.tokens
     calls = sum(tokenizer.count(c.name) + tokenizer.count(c.arguments) + MESSAGE_OVERHEAD for c in message.tool_calls)
     return MESSAGE_OVERHEAD + tokenizer.count(message.content) + calls
+
+
+def rendered_tokens(messages: Sequence[Mapping[str, Any]], tokenizer: Tokenizer) -> int:
+    """What OpenAI-shaped messages cost as the budget counts them: the check that ``to_messages()`` fits."""
+    total = 0
+    for m in messages:
+        total += MESSAGE_OVERHEAD + tokenizer.count(m.get("content") or "")
+        for call in m.get("tool_calls") or ():
+            function = call["function"]
+            total += MESSAGE_OVERHEAD + tokenizer.count(function["name"]) + tokenizer.count(function["arguments"])
+    return total
 
 
 def _omitted_note(count: int) -> str:
