@@ -57,7 +57,7 @@ _decode_entry = msgspec.msgpack.Decoder(_Entry).decode
 def _pack(value: object, importance: float) -> bytes:
     try:
         raw = _encode(value)
-    except (TypeError, msgspec.EncodeError, UnicodeEncodeError, OverflowError) as exc:
+    except (TypeError, msgspec.EncodeError, UnicodeEncodeError, OverflowError, RecursionError, ValueError) as exc:
         raise ValidationError(
             f"working memory stores values msgspec can encode; {type(value).__name__}: {exc}"
         ) from exc
@@ -86,9 +86,7 @@ class TaskState:
     async def set(self, key: str, value: object, *, importance: float = 0.5, ttl_s: float | None = None) -> None:
         """Set ``key`` (replacing its value); ``ttl_s`` makes it expire; ``importance`` orders ``to_context``."""
         packed = _pack(value, check_importance(importance))
-        if ttl_s is not None:
-            check_number(ttl_s, "ttl_s", minimum=0)
-        await self._layer.backend.kv_set(NAMESPACE, self._key(key), packed, ttl_s)
+        await self._layer.backend.kv_set(NAMESPACE, self._key(key), packed, _check_ttl(ttl_s))
 
     async def get(self, key: str, default: Any = None, *, type: type[T] | Any = Any) -> T | Any:
         """The value of ``key`` (decoded as ``type`` when given: a Struct, a dataclass...), else ``default``."""
@@ -108,6 +106,7 @@ class TaskState:
     ) -> Any:
         """Set ``key`` to ``change(current value or None)`` atomically, against any other writer; returns it."""
         importance = check_importance(importance)
+        ttl_s = _check_ttl(ttl_s)
 
         def apply(raw: bytes | None) -> tuple[bytes, Any]:
             new = change(None if raw is None else self._value(self._entry(raw, key), key))
@@ -147,6 +146,16 @@ class TaskState:
         return f"TaskState({self._label})"
 
 
+def _check_ttl(ttl_s: object) -> float | None:
+    """None (keep) or a positive, finite number of seconds: 0 or less would lose the value at once."""
+    if ttl_s is None:
+        return None
+    seconds = check_number(ttl_s, "ttl_s")
+    if not 0 < seconds < 1e10:
+        raise ValidationError(f"ttl_s must be a positive number of seconds (None keeps the value), got {ttl_s!r}")
+    return seconds
+
+
 def _parse_item_key(text: str) -> tuple[str]:
     from memkit.layers._keys import parse_key
 
@@ -175,8 +184,8 @@ def render(items: list[WorkingItem], max_tokens: int, tokenizer: Tokenizer) -> s
         lines.append(line)
         room -= size
     left = len(items) - len(lines)
-    if not lines and tokenizer.count(_HEADER) > max_tokens:
-        return ""
+    if not lines:
+        return ""  # not even one entry fits: a header and a count would only spend the caller's budget
     return "\n".join([_HEADER, *lines] + ([f"({left} more entries not shown)"] if left else []))
 
 

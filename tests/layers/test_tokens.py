@@ -98,3 +98,31 @@ async def test_an_encoding_that_cannot_load_is_an_error_or_the_estimate() -> Non
     with pytest.raises(ConfigurationError, match="TIKTOKEN_CACHE_DIR"):
         await load_tokenizer(TiktokenTokenizer("no_such_encoding"), fallback=False)
     assert isinstance(await load_tokenizer(TiktokenTokenizer("no_such_encoding"), fallback=True), EstimateTokenizer)
+
+
+def awkward_texts() -> dict[str, str]:
+    """What agents get back from tools and scrapers, where a naive estimate falls far short."""
+    import base64
+
+    rng = random.Random(0)
+    return {
+        "newlines": "\n" * 10_000,
+        "indented": "\n        " * 2_000,
+        "spaces": " " * 10_000,
+        "tabs": "\t" * 5_000,
+        "base64": base64.b64encode(rng.randbytes(3_000)).decode(),
+        "hex": rng.randbytes(2_000).hex(),
+        "mixed case": "".join(rng.choice("AbCdEfGhIjKlMnOp") for _ in range(3_000)),
+        "emoji": "😀🎉🚀👍🏽❤️🔥✨🙈" * 200,
+        "cjk": "数据库连接失败，请稍后重试。我们已经记录了这个问题。" * 100,  # noqa: RUF001
+        "html": '<div class="row">\n  <span id="x12">Price: 45 EUR</span>\n</div>\n' * 100,
+        "log": "2026-12-01T14:35:22.123Z INFO  [worker-3] request_id=7f3a9c1e latency_ms=123 status=200\n" * 100,
+    }
+
+
+@pytest.mark.usefixtures("tiktoken_offline")
+@pytest.mark.parametrize("encoding", ["cl100k_base", "o200k_base"])
+def test_the_estimate_is_not_fooled_by_whitespace_blobs_emoji_or_cjk(encoding: str) -> None:
+    exact, estimate = TiktokenTokenizer(encoding), EstimateTokenizer()
+    short = {name: estimate.count(text) / exact.count(text) for name, text in awkward_texts().items()}
+    assert min(short.values()) >= 0.9, {name: round(r, 2) for name, r in short.items() if r < 0.9}

@@ -9,6 +9,7 @@ past ``max_tokens``, the lowest-scoring lines go first, oldest first among equal
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 
@@ -58,18 +59,26 @@ def _score(sentence: str) -> float:
 
 
 def _condense(text: str, limit: int) -> str:
+    """One line of at most ``limit`` characters; a longer one keeps its start and its end (where a
+    sentence's point often is)."""
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    head = (limit - 5) * 2 // 3
+    return f"{text[:head]} ... {text[len(text) - (limit - 5 - head) :]}"
 
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(_WORDS.findall(text.lower()))
 
 
-def _near_copy(words: frozenset[str], seen: list[frozenset[str]]) -> bool:
-    """Mostly the same words and no number the other lacks ("item 9" is not a copy of "item 0")."""
+def _near_copy(words: frozenset[str], seen: list[frozenset[str]]) -> int | None:
+    """The index of a line saying mostly the same (no number the other lacks: "item 9" is not "item 0")."""
     numbers = {w for w in words if w[0].isdigit()}
-    return any(numbers <= other and len(words & other) / max(len(words | other), 1) >= _NEAR_COPY for other in seen)
+    for at, other in enumerate(seen):
+        if numbers <= other and len(words & other) / max(len(words | other), 1) >= _NEAR_COPY:
+            return at
+    return None
 
 
 def _new_lines(messages: Sequence[Message], context: Sequence[Message]) -> list[tuple[str, float]]:
@@ -109,17 +118,22 @@ class ExtractiveSummarizer:
         old = [line[2:] for line in previous.splitlines() if line.startswith("- ")]
         lines = [_Line(text, _line_score(text), i) for i, text in enumerate(old)]
         seen = [_words(line.text) for line in lines]
+        order = itertools.count(len(lines))
         for start in range(0, len(messages), _SLICE):
             await anyio.lowlevel.checkpoint()
             for text, score in _new_lines(messages[start : start + _SLICE], messages):
                 words = _words(text)
-                if not _near_copy(words, seen):
-                    seen.append(words)
-                    lines.append(_Line(text, score, len(lines)))
+                copy = _near_copy(words, seen)
+                if copy is not None:  # said again, maybe changed ("aisle" -> "window", "do" -> "do not"):
+                    del lines[copy], seen[copy]  # the newer wording replaces the older one
+                seen.append(words)
+                lines.append(_Line(text, score, next(order)))
         sizes: dict[int, int] = {}
         for start in range(0, len(lines), _SLICE * 4):
             await anyio.lowlevel.checkpoint()
             sizes |= {id(line): tokenizer.count(f"- {line.text}\n") for line in lines[start : start + _SLICE * 4]}
+        if not lines:  # nothing worth keeping: the fold still goes through (else it is retried forever)
+            return previous.strip() or f"- ({len(messages)} earlier messages held nothing to keep)"
         return _within(lines, sizes, max_tokens)
 
 
@@ -145,4 +159,9 @@ def _within(lines: list[_Line], sizes: dict[int, int], max_tokens: int) -> str:
             break
         dropped.add(id(line))
         total -= sizes[id(line)]
-    return "\n".join(f"- {line.text}" for line in lines if id(line) not in dropped)
+    kept = [f"- {line.text}" for line in lines if id(line) not in dropped]
+    if not kept:  # every line alone is over the bound: the strongest one, cut to it
+        best = max(lines, key=lambda x: (weight[id(x)], x.order))
+        share = len(best.text) * max_tokens * 8 // (10 * max(sizes[id(best)], 1))
+        kept = [f"- {best.text[: max(share - 6, 1)]} ..."]
+    return "\n".join(kept)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import math
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
-from memkit._validation import MAX_ID_CHARS, check_number, check_text
+from memkit._validation import MAX_ID_CHARS, check_text
 from memkit.backend import Backend
 from memkit.errors import ConfigurationError, ScopeError, SummarizerError, ValidationError
 from memkit.layers.shortterm._extractive import ExtractiveSummarizer
@@ -76,13 +77,25 @@ def _check_config(config: ShortTermConfig) -> None:
         raise ConfigurationError(
             "ShortTermConfig.fold_to must not exceed compact_at (a fold would start again at once)"
         )
+    for name in ("summarizer", "tokenizer"):
+        if isinstance(getattr(config, name), type):
+            raise ConfigurationError(
+                f"ShortTermConfig.{name} takes an instance, e.g. {getattr(config, name).__name__}()"
+            )
     if config.summarizer is not None and not isinstance(config.summarizer, Summarizer):
         raise ConfigurationError(
             "ShortTermConfig.summarizer must have 'async summarize(previous, messages, *, max_tokens, tokenizer)'"
         )
-    check_number(config.summary_timeout_s, "ShortTermConfig.summary_timeout_s", minimum=0, allow_inf=True)
-    if config.ttl_s is not None:
-        check_number(config.ttl_s, "ShortTermConfig.ttl_s", minimum=0)
+    positive: tuple[tuple[str, object, bool], ...] = (
+        ("summary_timeout_s", config.summary_timeout_s, True),
+        ("ttl_s", config.ttl_s, False),
+    )
+    for name, value, may_be_inf in positive:
+        if value is None and name == "ttl_s":
+            continue
+        good = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        if not good or not isinstance(value, (int, float)) or (math.isinf(value) and not may_be_inf):
+            raise ConfigurationError(f"ShortTermConfig.{name} must be a positive number of seconds, got {value!r}")
     if config.on_error is not None and not callable(config.on_error):
         raise ConfigurationError("ShortTermConfig.on_error must be callable")
     resolve_tokenizer(config.tokenizer)  # a bad choice fails here, not at open

@@ -25,6 +25,7 @@ __all__ = [
     "Role",
     "ToolCall",
     "Turn",
+    "check_tool_order",
     "parse_messages",
     "split_turns",
 ]
@@ -33,6 +34,7 @@ Role = Literal["system", "user", "assistant", "tool"]
 MessageInput: TypeAlias = "Mapping[str, Any] | Message"
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 _json = msgspec.json.Encoder()
+_MAX_NAME_CHARS = 256
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -69,11 +71,25 @@ class Turn(msgspec.Struct, frozen=True):
 def parse_messages(message: MessageInput, max_chars: int) -> list[Message]:
     """One input message (OpenAI or Anthropic shape, or a ``Message``) as neutral messages (an Anthropic
     user message with tool results gives several). Raises ``ContentError`` saying what is wrong."""
+    try:
+        return _parse(message, max_chars)
+    except ContentError:
+        raise
+    except (TypeError, ValueError, AttributeError, RecursionError, msgspec.ValidationError) as exc:
+        # A shape the checks above did not foresee (a list as a role, an object as arguments...).
+        raise ContentError(f"the message is not a chat message memkit can keep: {type(exc).__name__}: {exc}") from exc
+
+
+def _parse(message: MessageInput, max_chars: int) -> list[Message]:
     if isinstance(message, Message):
-        return [_checked(message, max_chars)]
+        # Built by the caller: msgspec does not check a Struct's fields when it is built, and a wrong one
+        # would make the stored session unreadable. Checked by converting it; count and position are ours.
+        fields = msgspec.to_builtins(msgspec.structs.replace(message, tokens=0, seq=-1))
+        return [_checked(msgspec.convert(fields, Message), max_chars)]
     if not isinstance(message, Mapping):
         raise ContentError(f"a message must be a dict with 'role' and 'content', got {type(message).__name__}")
-    role = _ROLES.get(message.get("role"))  # type: ignore[arg-type]
+    given_role = message.get("role")
+    role = _ROLES.get(given_role) if isinstance(given_role, str) else None
     if role is None:
         raise ContentError(f"message role must be one of {sorted(_ROLES)}, got {message.get('role')!r}")
     content = message.get("content")
@@ -81,7 +97,10 @@ def parse_messages(message: MessageInput, max_chars: int) -> list[Message]:
         return [_checked(m, max_chars) for m in _from_blocks(role, content, message)]
     if content is not None and not isinstance(content, str):
         raise ContentError(f"message content must be a string or a list of blocks, got {type(content).__name__}")
-    calls = tuple(_openai_call(call) for call in message.get("tool_calls") or ())
+    given_calls = message.get("tool_calls") or ()
+    if not isinstance(given_calls, (list, tuple)):
+        raise ContentError(f"tool_calls must be a list, got {type(given_calls).__name__}")
+    calls = tuple(_openai_call(call) for call in given_calls)
     parsed = Message(
         role=role,  # type: ignore[arg-type]
         content=content or "",
@@ -105,9 +124,11 @@ def _from_blocks(role: str, blocks: list[Any], message: Mapping[str, Any]) -> li
             calls.append(ToolCall(id=_required_str(block, "id"), name=_required_str(block, "name"),
                                   arguments=_json.encode(block.get("input", {})).decode()))  # fmt: skip
         elif kind == "tool_result" and role == "user":
+            is_error = block.get("is_error", False)
+            if not isinstance(is_error, bool):
+                raise ContentError(f"a tool_result's is_error must be true or false, got {is_error!r}")
             results.append(Message(role="tool", content=_result_text(block.get("content")),
-                                   tool_call_id=_required_str(block, "tool_use_id"),
-                                   is_error=bool(block.get("is_error", False))))  # fmt: skip
+                                   tool_call_id=_required_str(block, "tool_use_id"), is_error=is_error))  # fmt: skip
         else:
             raise ContentError(
                 f"unsupported content block {kind!r} in a {role} message; short-term memory keeps text, "
@@ -168,16 +189,57 @@ def _checked(message: Message, max_chars: int) -> Message:
         raise ContentError("a tool message needs the tool_call_id of the call it answers")
     if message.tool_calls and message.role != "assistant":
         raise ContentError("only assistant messages carry tool_calls")
+    names = [message.name, message.tool_call_id, *(x for c in message.tool_calls for x in (c.id, c.name))]
+    for name in names:
+        if name is not None and (len(name) > _MAX_NAME_CHARS or "\n" in name or not name.strip()):
+            raise ContentError(
+                f"names and ids must be one line of 1 to {_MAX_NAME_CHARS} characters, got {name[:80]!r}"
+            )
     size = len(message.content) + sum(len(c.arguments) for c in message.tool_calls)
     if size > max_chars:
         raise ContentError(f"the message has {size} characters; the limit is {max_chars} (max_message_chars)")
-    if not (message.content or message.tool_calls or message.role == "tool"):
+    if not (message.content.strip() or message.tool_calls or message.role == "tool"):
         raise ContentError(f"the {message.role} message is empty")
     try:
         _json.encode(message)
     except (UnicodeEncodeError, msgspec.EncodeError) as exc:
         raise ContentError(f"the message cannot be stored: {exc}") from exc
     return message
+
+
+def _pending_calls(messages: Sequence[Message]) -> set[str]:
+    """The calls of the exchange at the end of ``messages`` still waiting for a result."""
+    answered: set[str] = set()
+    for m in reversed(messages):
+        if m.role != "tool":
+            return {c.id for c in m.tool_calls} - answered
+        answered.add(m.tool_call_id or "")
+    return set()
+
+
+def check_tool_order(before: Sequence[Message], new: Sequence[Message]) -> None:
+    """Refuse what neither chat API accepts, before it is stored: a tool result that does not answer a call
+    of the exchange right before it, and another message while calls still wait for their results."""
+    pending = _pending_calls(before)
+    for m in new:
+        if m.role == "system":
+            continue  # pinned apart from the dialogue; it does not break an exchange
+        if m.role == "tool":
+            if m.tool_call_id not in pending:
+                raise ContentError(
+                    f"the tool result for {m.tool_call_id!r} answers no waiting call: a result must follow the "
+                    "assistant message that made the call, once, with only other results in between"
+                )
+            pending.discard(m.tool_call_id)
+            continue
+        if pending:
+            raise ContentError(
+                f"calls {sorted(pending)} still wait for their results; add a tool message for each (an error "
+                "result is fine) before the next message"
+            )
+        pending = {c.id for c in m.tool_calls}
+        if len(pending) != len(m.tool_calls):
+            raise ContentError("two tool calls of one message share an id")
 
 
 def split_turns(messages: Sequence[Message]) -> list[Turn]:

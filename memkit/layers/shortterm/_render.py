@@ -77,38 +77,94 @@ def _omitted_note(count: int) -> str:
     return f"\n[{count} earlier messages are not shown here; they will be folded into this summary]"
 
 
-def truncate_text(text: str, max_tokens: int, tokenizer: Tokenizer) -> str:
-    """``text`` if it fits, else its head and tail around a marker, within ``max_tokens`` (binary search)."""
-    total = tokenizer.count(text)
+def truncate_text(text: str, max_tokens: int, tokenizer: Tokenizer, total: int | None = None) -> str:
+    """``text`` if it fits, else its head and tail around a marker, within ``max_tokens``. The search starts
+    from the text's own density, so a cut of a 1 MB text counts a few kilobytes, not the megabyte, each step."""
+    total = tokenizer.count(text) if total is None else total
     if total <= max_tokens:
         return text
-
     marker = f"\n[... {total} tokens cut by memkit to fit the budget ...]\n"
 
-    def cut(keep: int) -> str:
+    def fits(keep: int) -> bool:
         head = keep * 2 // 3
-        return text[:head] + marker + text[len(text) - (keep - head) :]
+        return tokenizer.count(text[:head] + marker + text[len(text) - (keep - head) :]) <= max_tokens
 
-    low, high = 0, len(text)
-    if tokenizer.count(cut(0)) > max_tokens:
+    if not fits(0):
         return ""
+    low, high = 0, min(len(text), 2 * len(text) * max_tokens // max(total, 1) + 64)
+    while high < len(text) and fits(high):
+        low, high = high, min(len(text), high * 2)
     while low < high:
         middle = (low + high + 1) // 2
-        if tokenizer.count(cut(middle)) <= max_tokens:
+        if fits(middle):
             low = middle
         else:
             high = middle - 1
-    return cut(low)
+    head = low * 2 // 3
+    return text[:head] + marker + text[len(text) - (low - head) :]
+
+
+def _cap(sizes: list[int], room: int) -> int:
+    """The largest c with sum(min(size, c)) <= room: what each text may keep when room is shared fairly."""
+    low, high = 0, max(sizes, default=0)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if sum(min(size, middle) for size in sizes) <= room:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _fixed(turn: list[Message], tokenizer: Tokenizer) -> int:
+    """What a turn costs that cutting texts cannot reduce: each message's and call's overhead and names."""
+    return sum(MESSAGE_OVERHEAD + sum(MESSAGE_OVERHEAD + tokenizer.count(c.name) for c in m.tool_calls) for m in turn)
+
+
+def _fewer_calls(turn: list[Message], limit: int, tokenizer: Tokenizer) -> list[Message]:
+    """A tool exchange too wide for ``limit`` even with empty texts: its last calls go, with their results,
+    and the assistant message says how many (the pairs that stay are whole)."""
+    call, results = turn[0], turn[1:]
+    kept = list(call.tool_calls)
+    while (
+        kept
+        and _fixed([msgspec.structs.replace(call, tool_calls=tuple(kept)), *results[: len(kept)]], tokenizer) + 40
+        > limit
+    ):
+        kept.pop()
+    ids = {c.id for c in kept}
+    note = f"[memkit: {len(call.tool_calls) - len(kept)} more parallel calls and their results are not shown]"
+    head = msgspec.structs.replace(call, tool_calls=tuple(kept), content=f"{call.content}\n{note}".strip(), tokens=0)
+    return [head, *(r for r in results if r.tool_call_id in ids)]
 
 
 def _fit_turn(turn: list[Message], limit: int, tokenizer: Tokenizer) -> list[Message]:
-    """The turn within ``limit``: every content cut to an even share of what the calls leave."""
-    sizes = [message_tokens(m, tokenizer) for m in turn]
-    if sum(sizes) <= limit:
+    """The turn within ``limit``: its texts (contents and call arguments) cut, the largest first, so that
+    each keeps an equal share of what the overheads leave."""
+    if sum(message_tokens(m, tokenizer) for m in turn) <= limit:
         return turn
-    fixed = sum(size - tokenizer.count(m.content) for size, m in zip(sizes, turn, strict=True))
-    share = max(limit - fixed, 0) // max(len(turn), 1)
-    return [msgspec.structs.replace(m, content=truncate_text(m.content, share, tokenizer), tokens=0) for m in turn]
+    if turn[0].tool_calls and _fixed(turn, tokenizer) > limit // 2:
+        turn = _fewer_calls(turn, limit // 2, tokenizer)
+    texts = [(m.content, [c.arguments for c in m.tool_calls]) for m in turn]
+    sizes = [tokenizer.count(t) for content, arguments in texts for t in (content, *arguments)]
+    cap = _cap(sizes, max(limit - _fixed(turn, tokenizer), 0))
+    fitted, at = [], 0
+    for m, (content, arguments) in zip(turn, texts, strict=True):
+        new_content = truncate_text(content, cap, tokenizer, sizes[at])
+        calls = [msgspec.structs.replace(c, arguments=truncate_text(a, cap, tokenizer, sizes[at + 1 + i]))
+                 for i, (c, a) in enumerate(zip(m.tool_calls, arguments, strict=True))]  # fmt: skip
+        at += 1 + len(arguments)
+        fitted.append(msgspec.structs.replace(m, content=new_content, tool_calls=tuple(calls), tokens=0))
+    return fitted
+
+
+def _fit_pinned(pinned: Sequence[str], limit: int, tokenizer: Tokenizer) -> list[str]:
+    """The system messages as they are when they fit; else joined into one, cut in the middle with a marker
+    (never one dropped without a word)."""
+    if sum(tokenizer.count(text) + MESSAGE_OVERHEAD for text in pinned) <= limit:
+        return list(pinned)
+    joined = truncate_text("\n\n".join(pinned), limit - MESSAGE_OVERHEAD, tokenizer) if limit > MESSAGE_OVERHEAD else ""
+    return [joined] if joined else []
 
 
 def fit_window(
@@ -125,14 +181,8 @@ def fit_window(
     room = budget - reserve
     newest_size = sum(message_tokens(m, tokenizer) for m in newest)
     pinned_limit = room - min(newest_size, room // 2)
-    system: list[str] = []
-    for text in pinned:
-        left = pinned_limit - MESSAGE_OVERHEAD
-        kept = truncate_text(text, left, tokenizer) if left > 0 else ""
-        if kept:
-            system.append(kept)
-            pinned_limit -= tokenizer.count(kept) + MESSAGE_OVERHEAD
-            room -= tokenizer.count(kept) + MESSAGE_OVERHEAD
+    system = _fit_pinned(pinned, pinned_limit, tokenizer)
+    room -= sum(tokenizer.count(text) + MESSAGE_OVERHEAD for text in system)
     newest = _fit_turn(newest, room, tokenizer) if newest else []
     room -= sum(message_tokens(m, tokenizer) for m in newest)
     return _add_older(system, summary, turns, newest, room=room, tokenizer=tokenizer)

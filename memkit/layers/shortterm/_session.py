@@ -10,7 +10,8 @@ changes nothing: it is logged, passed to ``on_error``, and tried again after a p
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+import random
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import anyio
@@ -19,10 +20,17 @@ import msgspec
 
 from memkit._background import BackgroundTask
 from memkit._time import new_id
-from memkit.errors import ConflictError, SummarizerError
+from memkit.errors import ConflictError, SummarizerError, ValidationError
 from memkit.layers._cas import ATTEMPTS
-from memkit.layers.shortterm._messages import Message, MessageInput, parse_messages
-from memkit.layers.shortterm._render import AnthropicMessages, fit_window, message_tokens, to_anthropic, to_openai
+from memkit.layers.shortterm._messages import Message, MessageInput, check_tool_order, parse_messages
+from memkit.layers.shortterm._render import (
+    AnthropicMessages,
+    fit_window,
+    message_tokens,
+    to_anthropic,
+    to_openai,
+    truncate_text,
+)
 from memkit.layers.shortterm._state import (
     SESSION_NAMESPACE,
     FoldPlan,
@@ -72,13 +80,17 @@ class ShortTermSession:
     async def add_many(self, messages: Sequence[MessageInput]) -> None:
         """Add messages in order, all or none (each is checked before anything is written)."""
         config, tokenizer = self._layer.config, self._layer.tokenizer
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-            raise TypeError("add_many takes a sequence of messages")
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+            raise ValidationError(f"add_many takes a list of messages, got {type(messages).__name__}")
         parsed = [m for given in messages for m in parse_messages(given, config.max_message_chars)]
         counted = [msgspec.structs.replace(m, tokens=message_tokens(m, tokenizer)) for m in parsed]
 
+        def append(state: SessionState) -> SessionState:
+            check_tool_order(state.messages, counted)  # against what is stored now, so nothing is half-written
+            return state.appended(counted)
+
         async with self._write_lock:
-            await self._write(lambda state: state.appended(counted))
+            await self._write(append)
         self._maybe_fold()
 
     async def snapshot(self) -> SessionSnapshot:
@@ -89,7 +101,12 @@ class ShortTermSession:
     async def restore(self, snapshot: SessionSnapshot) -> None:
         """Make the session exactly ``snapshot`` (what was stored is replaced; every message is checked first)."""
         if not isinstance(snapshot, SessionSnapshot):
-            raise TypeError(f"restore takes a SessionSnapshot, got {type(snapshot).__name__}")
+            raise ValidationError(f"restore takes a SessionSnapshot, got {type(snapshot).__name__}")
+        try:  # msgspec does not check a Struct built in code; a wrong field would make the session unreadable
+            snapshot = msgspec.convert(msgspec.to_builtins(snapshot), SessionSnapshot)
+            msgspec.msgpack.encode(snapshot.summary)
+        except (msgspec.ValidationError, TypeError, UnicodeEncodeError) as exc:
+            raise ValidationError(f"the snapshot is not a valid SessionSnapshot: {exc}") from exc
         config, tokenizer = self._layer.config, self._layer.tokenizer
         checked = [
             m
@@ -100,9 +117,12 @@ class ShortTermSession:
             msgspec.structs.replace(m, tokens=message_tokens(msgspec.structs.replace(m, tokens=0), tokenizer))
             for m in checked
         ]
+        check_tool_order([], [m for m in counted if m.role != "system"])
         summary_tokens = tokenizer.count(snapshot.summary)
-        restored = SessionState(summary=snapshot.summary, summary_tokens=summary_tokens, folded=snapshot.folded,
-                                tokens=summary_tokens).appended(counted)  # fmt: skip
+        restored = SessionState(
+            summary=snapshot.summary, summary_tokens=summary_tokens, folded=snapshot.folded, tokens=summary_tokens,
+            epoch=new_id(), tokenizer=tokenizer.name,
+        ).appended(counted)  # fmt: skip
         async with self._write_lock:
             await self._write(lambda _: msgspec.structs.replace(restored))
 
@@ -114,14 +134,18 @@ class ShortTermSession:
 
     async def _load(self) -> SessionState:
         raw = await self._layer.backend.kv_get(SESSION_NAMESPACE, self._key)
+        tokenizer = self._layer.tokenizer
         self._raw = raw
-        self._state = SessionState() if raw is None else decode_state(raw, self._label)
+        if raw is None:  # a new life of the session (never written, cleared, or expired)
+            self._state = SessionState(epoch=new_id(), tokenizer=tokenizer.name)
+        else:
+            self._state = decode_state(raw, self._label, tokenizer)
         return self._state
 
     async def _write(self, change: Callable[[SessionState], SessionState]) -> SessionState:
         """Apply ``change`` to the stored state by compare-and-set, again on top of any other writer's."""
         backend, ttl = self._layer.backend, self._layer.config.ttl_s
-        for _ in range(ATTEMPTS):
+        for attempt in range(ATTEMPTS):
             current = self._state if self._state is not None else await self._load()
             new = change(current)
             new.writer = new_id()
@@ -130,7 +154,9 @@ class ShortTermSession:
                 self._state, self._raw = new, raw
                 return new
             await self._load()
-            await anyio.lowlevel.checkpoint()
+            # Lost to another writer: a random, growing pause, or a busy writer in another process that reads
+            # its state from cache wins every race against one that must reload first.
+            await anyio.sleep(random.uniform(0, 0.0005 * 2 ** min(attempt, 8)))
         raise ConflictError(
             f"the short-term session {self._label} kept changing under concurrent writers; nothing was changed"
         )
@@ -147,7 +173,7 @@ class ShortTermSession:
         """The session within its token budget, ready to send. ``"anthropic"`` gives the messages with the
         system prompt as ``.system``: ``client.messages.create(system=msgs.system, messages=msgs, ...)``."""
         if format not in ("openai", "anthropic"):
-            raise ValueError(f"format must be 'openai' or 'anthropic', got {format!r}")
+            raise ValidationError(f"format must be 'openai' or 'anthropic', got {format!r}")
         state = await self._load()
         config, tokenizer = self._layer.config, self._layer.tokenizer
         window = fit_window(
@@ -210,7 +236,8 @@ class ShortTermSession:
 
             def apply(state: SessionState) -> SessionState:
                 if (
-                    state.summary != plan.previous_summary
+                    state.epoch != plan.epoch
+                    or state.summary != plan.previous_summary
                     or tuple(m.seq for m in state.messages[: plan.count]) != plan.seqs
                 ):
                     raise _Moved
@@ -238,8 +265,13 @@ class ShortTermSession:
         except Exception as exc:
             raise SummarizerError(f"the summariser failed: {type(exc).__name__}: {exc}") from exc
         if not isinstance(summary, str) or not summary.strip():
-            raise SummarizerError(f"the summariser returned {summary!r}, not a summary; the turns stay unfolded")
-        return summary
+            raise SummarizerError(f"the summariser returned {summary!r:.200}, not a summary; the turns stay unfolded")
+        try:
+            msgspec.msgpack.encode(summary)
+        except UnicodeEncodeError as exc:
+            raise SummarizerError(f"the summary cannot be stored: {exc}") from exc
+        # The bound holds whatever summariser runs (LLMSummarizer and ExtractiveSummarizer keep it themselves).
+        return truncate_text(summary, config.summary_limit, layer.tokenizer)
 
     async def wait_idle(self) -> None:
         """Wait until background folding of this session (if any runs) has finished."""

@@ -16,6 +16,8 @@ import msgspec
 from memkit.errors import CorruptDataError
 from memkit.layers._keys import key_of
 from memkit.layers.shortterm._messages import Message, split_turns
+from memkit.layers.shortterm._render import message_tokens
+from memkit.tokens import Tokenizer
 
 __all__ = [
     "SESSION_NAMESPACE",
@@ -43,6 +45,8 @@ class _Wire(msgspec.Struct, array_like=True):
     folded: int
     next_seq: int
     writer: str
+    epoch: str
+    tokenizer: str
 
 
 class SessionState(msgspec.Struct, kw_only=True):
@@ -63,14 +67,19 @@ class SessionState(msgspec.Struct, kw_only=True):
     messages_raw: list[msgspec.Raw] = msgspec.field(default_factory=list)
     tokens: int = 0
     """What sending everything would cost (the compaction trigger compares it with the budget)."""
+    epoch: str = ""
+    """New each time the session starts afresh (first add, after ``clear``, ``restore``, expiry): a fold read
+    from an earlier life of the session must not land on the new one, whose positions start again at 0."""
+    tokenizer: str = ""
+    """The tokenizer the stored counts are in; another one recounts them when reading."""
 
-    def appended(self, new: Sequence[Message]) -> SessionState:
-        """A copy with ``new`` added (numbered from ``next_seq``; system messages pinned)."""
+    def appended(self, new: Sequence[Message], *, renumber: bool = True) -> SessionState:
+        """A copy with ``new`` added (numbered from ``next_seq`` unless told not to; system messages pinned)."""
         pinned, rest = list(self.pinned), list(self.messages)
         pinned_raw, rest_raw = list(self.pinned_raw), list(self.messages_raw)
         seq = self.next_seq
         for message in new:
-            numbered = msgspec.structs.replace(message, seq=seq)
+            numbered = msgspec.structs.replace(message, seq=seq) if renumber else message
             raw = msgspec.Raw(_encoder.encode(numbered))
             if message.role == "system":
                 pinned.append(numbered)
@@ -103,6 +112,7 @@ class SessionSnapshot(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FoldPlan(msgspec.Struct, frozen=True):
+    epoch: str
     count: int
     """Fold ``messages[:count]``."""
     seqs: tuple[int, ...]
@@ -116,10 +126,12 @@ _decode_message = msgspec.msgpack.Decoder(Message).decode
 
 def encode_state(state: SessionState) -> bytes:
     return _encoder.encode(_Wire(_VERSION, state.pinned_raw, state.summary, state.summary_tokens,
-                                 state.messages_raw, state.folded, state.next_seq, state.writer))  # fmt: skip
+                                 state.messages_raw, state.folded, state.next_seq, state.writer, state.epoch,
+                                 state.tokenizer))  # fmt: skip
 
 
-def decode_state(raw: bytes, where: str) -> SessionState:
+def decode_state(raw: bytes, where: str, tokenizer: Tokenizer) -> SessionState:
+    """The stored session; its token counts redone when they were made by another tokenizer."""
     try:
         wire = _decoder.decode(raw)
         pinned = [_decode_message(m) for m in wire.pinned]
@@ -133,10 +145,26 @@ def decode_state(raw: bytes, where: str) -> SessionState:
         raise CorruptDataError(
             f"the short-term session {where} was written by a newer memkit (format {wire.version}); upgrade memkit"
         )
+    if wire.tokenizer != tokenizer.name:
+        return _recounted(wire, pinned, messages, tokenizer)
     tokens = sum(m.tokens for m in pinned) + wire.summary_tokens + sum(m.tokens for m in messages)
-    return SessionState(pinned=pinned, summary=wire.summary, summary_tokens=wire.summary_tokens, messages=messages,
-                        folded=wire.folded, next_seq=wire.next_seq, writer=wire.writer, pinned_raw=wire.pinned,
-                        messages_raw=wire.messages, tokens=tokens)  # fmt: skip
+    return SessionState(
+        pinned=pinned, summary=wire.summary, summary_tokens=wire.summary_tokens, messages=messages,
+        folded=wire.folded, next_seq=wire.next_seq, writer=wire.writer, pinned_raw=wire.pinned,
+        messages_raw=wire.messages, tokens=tokens, epoch=wire.epoch, tokenizer=wire.tokenizer,
+    )  # fmt: skip
+
+
+def _recounted(wire: _Wire, pinned: list[Message], messages: list[Message], tokenizer: Tokenizer) -> SessionState:
+    """Counts made by another tokenizer (another process's, or one that could not load) are not trusted."""
+    summary_tokens = tokenizer.count(wire.summary)
+    fresh = SessionState(summary=wire.summary, summary_tokens=summary_tokens, folded=wire.folded,
+                         tokens=summary_tokens, epoch=wire.epoch, tokenizer=tokenizer.name)  # fmt: skip
+    counted = [msgspec.structs.replace(m, tokens=message_tokens(msgspec.structs.replace(m, tokens=0), tokenizer))
+               for m in [*pinned, *messages]]  # fmt: skip
+    # The stored positions are kept (a fold in flight checks them).
+    state = fresh.appended(counted, renumber=False)
+    return msgspec.structs.replace(state, next_seq=wire.next_seq, writer=wire.writer)
 
 
 def session_key(user_id: str | None, agent_id: str | None, session_id: str) -> str:
@@ -158,4 +186,4 @@ def plan_fold(state: SessionState, *, keep_last: int, target_tokens: int) -> Fol
         left -= sum(m.tokens for m in state.messages[turn.start : turn.end])
         count = turn.end
     folding: Sequence[Message] = state.messages[:count]
-    return FoldPlan(count=count, seqs=tuple(m.seq for m in folding), previous_summary=state.summary)
+    return FoldPlan(epoch=state.epoch, count=count, seqs=tuple(m.seq for m in folding), previous_summary=state.summary)
