@@ -84,8 +84,15 @@ class EstimateTokenizer:
         words = _LONG_WORDS.findall(text)
         runs = (_ASCII_PUNCT_RUNS if ascii else _PUNCT_RUNS).findall(text)
         pieces += (sum(map(len, words)) - 6 * len(words)) / 4 + (sum(map(len, runs)) - 2 * len(runs)) / 2
-        pieces += len(_CASE_FLIPS.findall(text)) + sum(map(len, _BLOBS.findall(text))) / 6
-        pieces += sum(map(len, _SPACE_RUNS.findall(text))) / 64 + sum(map(len, _BLANK_RUNS.findall(text))) / 8
+        # The rarer shapes are looked for only when a cheap test says they may be there (this runs per message).
+        if not text.islower():
+            pieces += len(_CASE_FLIPS.findall(text))
+        if len(max(text.split(), key=len, default="")) >= 24:
+            pieces += sum(map(len, _BLOBS.findall(text))) / 6
+        if "  " in text:
+            pieces += sum(map(len, _SPACE_RUNS.findall(text))) / 64
+        if "\n" in text or "\t" in text or "\r" in text or "\f" in text or "\v" in text:
+            pieces += sum(map(len, _BLANK_RUNS.findall(text))) / 8
         if not ascii:
             pieces += len(_NON_ASCII.findall(text)) + 2 * len(_ASTRAL.findall(text))
         return math.ceil(pieces * _SAFETY)
