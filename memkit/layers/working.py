@@ -12,7 +12,7 @@ equals, as many entries as fit, and a line saying how many did not.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -54,7 +54,7 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode_entry = msgspec.msgpack.Decoder(_Entry).decode
 
 
-def _pack(value: object, importance: float) -> bytes:
+def _pack(value: object, importance: float, set_at: float | None = None) -> bytes:
     try:
         raw = _encode(value)
     except (TypeError, msgspec.EncodeError, UnicodeEncodeError, OverflowError, RecursionError, ValueError) as exc:
@@ -63,7 +63,8 @@ def _pack(value: object, importance: float) -> bytes:
         ) from exc
     if len(raw) > MAX_VALUE_BYTES:
         raise ValidationError(f"the value is {len(raw)} bytes encoded; the limit is {MAX_VALUE_BYTES}")
-    return _encode(_Entry(value=msgspec.Raw(raw), set_at=time.time(), importance=importance, writer=new_id()))
+    stamp = time.time() if set_at is None else set_at
+    return _encode(_Entry(value=msgspec.Raw(raw), set_at=stamp, importance=importance, writer=new_id()))
 
 
 class TaskState:
@@ -137,6 +138,24 @@ class TaskState:
         """The state as a prompt block within ``max_tokens`` (counted with the layer's tokenizer)."""
         check_number(max_tokens, "max_tokens", minimum=1)
         return render(await self.items(), int(max_tokens), self._layer.tokenizer)
+
+    async def snapshot(self) -> list[WorkingItem]:
+        """Every entry as msgspec values (for a checkpoint); ``restore`` puts them back."""
+        return await self.items()
+
+    async def restore(self, items: Sequence[WorkingItem]) -> None:
+        """Make the task hold exactly ``items`` (their set times and importances kept; they do not expire).
+        Every item is checked and encoded before anything is deleted."""
+        packed = []
+        for item in items:
+            if not isinstance(item, WorkingItem):
+                raise ValidationError(f"restore takes WorkingItems, got {type(item).__name__}")
+            packed.append(
+                (self._key(item.key), _pack(item.value, check_importance(item.importance), float(item.set_at)))
+            )
+        await self.clear()
+        for key, value in packed:
+            await self._layer.backend.kv_set(NAMESPACE, key, value)
 
     async def clear(self) -> int:
         """Forget the whole task (at its end); returns how many keys were deleted."""

@@ -11,7 +11,7 @@ import pytest
 
 from memkit import Memkit
 from memkit.errors import CorruptDataError, ScopeError, ValidationError
-from memkit.layers.working import NAMESPACE
+from memkit.layers.working import NAMESPACE, WorkingItem
 
 pytestmark = pytest.mark.anyio
 
@@ -120,3 +120,16 @@ async def test_bad_input_is_refused_and_a_corrupt_entry_is_named(mem: Memkit) ->
     with pytest.raises(CorruptDataError, match="'fine'"):
         await task.get("fine")
     assert prefix.endswith("||")
+
+
+async def test_a_snapshot_restores_the_task_exactly(mem: Memkit) -> None:
+    task = mem.working.task("snap", user_id="ada")
+    await task.set("goal", "Lisbon", importance=0.9)
+    await task.set("plan", Plan(steps=["a", "b"]))
+    saved = msgspec.json.encode(await task.snapshot())  # what a checkpoint keeps
+    await task.set("goal", "changed")
+    await task.set("extra", 1)
+    await task.restore(msgspec.json.decode(saved, type=list[WorkingItem]))
+    assert await task.get("goal") == "Lisbon" and await task.get("extra") is None
+    assert await task.get("plan", type=Plan) == Plan(steps=["a", "b"])
+    assert [i.key for i in await task.items()] == ["goal", "plan"]
