@@ -19,6 +19,8 @@ mapped to the most specific class below and chained (``raise ... from exc``).
     ├── CapabilityError
     ├── EmbeddingError
     ├── CorruptDataError
+    │   └── SerializationError         a checkpoint cannot be decoded: malformed, truncated, oversized, hostile
+    ├── CachedToolError                the tool failed before with the same arguments, and that failure is cached
     ├── BackendError
     │   ├── BackendUnavailableError    the server could not be reached
     │   ├── BackendRefusedError        reached, and it refused (credentials, database, role, DB index)
@@ -40,6 +42,7 @@ __all__ = [
     "BackendRefusedError",
     "BackendTimeoutError",
     "BackendUnavailableError",
+    "CachedToolError",
     "CapabilityError",
     "ConfigurationError",
     "ConflictError",
@@ -60,6 +63,7 @@ __all__ = [
     "NotFoundError",
     "NotOpenError",
     "ScopeError",
+    "SerializationError",
     "StructuredOutputError",
     "SummarizerError",
     "UnknownSchemeError",
@@ -132,6 +136,22 @@ class EmbeddingError(MemkitError):
 
 class CorruptDataError(MemkitError):
     """Stored data could not be decoded; nothing was changed."""
+
+
+class SerializationError(CorruptDataError):
+    """Stored bytes (a checkpoint) could not be decoded: malformed, truncated, too large, of an unknown format
+    or version, or failing their integrity check. Nothing was loaded."""
+
+
+class CachedToolError(MemkitError):
+    """The tool failed earlier with the same arguments and the failure is cached (negative caching):
+    ``tool``, ``error_type`` and ``error_message`` say what it raised then."""
+
+    def __init__(self, message: str, *, tool: str, error_type: str, error_message: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.error_type = error_type
+        self.error_message = error_message
 
 
 class BackendError(MemkitError):
