@@ -68,6 +68,7 @@ if TYPE_CHECKING:
         ShortTermSession,
         Summarizer,
     )
+    from memkit.layers.toolcache import CachedMCPSession, CacheStats, ToolCache, ToolCacheConfig
     from memkit.layers.working import TaskState, WorkingItem, WorkingMemory
     from memkit.tokens import EstimateTokenizer, TiktokenTokenizer, Tokenizer
 
@@ -99,6 +100,7 @@ _LAZY = {
         "memkit.layers.shortterm",
     ),
     **dict.fromkeys(("TaskState", "WorkingItem", "WorkingMemory"), "memkit.layers.working"),
+    **dict.fromkeys(("CacheStats", "CachedMCPSession", "ToolCache", "ToolCacheConfig"), "memkit.layers.toolcache"),
     **dict.fromkeys(("EstimateTokenizer", "TiktokenTokenizer", "Tokenizer"), "memkit.tokens"),
 }
 
@@ -171,4 +173,8 @@ __all__ = [
     "EstimateTokenizer",
     "TiktokenTokenizer",
     "Tokenizer",
+    "CacheStats",
+    "CachedMCPSession",
+    "ToolCache",
+    "ToolCacheConfig",
 ]

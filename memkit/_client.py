@@ -28,6 +28,7 @@ from memkit.layers._base import Layer, missing_capabilities
 from memkit.layers.longterm import LongTermConfig, LongTermMemory
 from memkit.layers.longterm._access import AccessTracker
 from memkit.layers.shortterm import ShortTermConfig, ShortTermMemory
+from memkit.layers.toolcache import ToolCache, ToolCacheConfig
 from memkit.layers.working import WorkingMemory
 
 __all__ = ["DEFAULT_URL", "Memkit"]
@@ -36,7 +37,7 @@ log = logging.getLogger("memkit")
 
 DEFAULT_URL = "sqlite:///memkit.db"
 EmbedderChoice = Embedder | Literal["auto", "local", "hashing"]
-LAYERS = ("long_term", "short_term", "working")
+LAYERS = ("long_term", "short_term", "working", "tool_cache")
 _RELEASE_S = 0.25
 """The least time each backend gets to release its connections when close_timeout has run out."""
 
@@ -70,6 +71,7 @@ class Memkit:
         embedder: EmbedderChoice = "auto",
         long_term: LongTermConfig | None = None,
         short_term: ShortTermConfig | None = None,
+        tool_cache: ToolCacheConfig | None = None,
         layer_urls: Mapping[str, str | StorageURL] | None = None,
         close_timeout: float = 5.0,
     ) -> None:
@@ -85,7 +87,8 @@ class Memkit:
         self._long_term = LongTermMemory(self._backends[urls["long_term"]], self.embedder, long_term, self._access)
         self._short_term = ShortTermMemory(self._backends[urls["short_term"]], short_term)
         self._working = WorkingMemory(self._backends[urls["working"]], lambda: self._short_term.tokenizer)
-        self._layers: list[Layer] = [self._long_term, self._short_term, self._working]
+        self._tool_cache = ToolCache(self._backends[urls["tool_cache"]], tool_cache)
+        self._layers: list[Layer] = [self._long_term, self._short_term, self._working, self._tool_cache]
         self._flusher: BackgroundTask | None = None
         self._unserved: dict[str, ConfigurationError] = {}
         """Layers whose backend lacks what they need: using one raises its error."""
@@ -110,6 +113,11 @@ class Memkit:
     def working(self) -> WorkingMemory:
         self._require_open("working")
         return self._working
+
+    @property
+    def tool_cache(self) -> ToolCache:
+        self._require_open("tool_cache")
+        return self._tool_cache
 
     def _require_open(self, what: str) -> None:
         if not self._open:
