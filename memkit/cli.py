@@ -98,7 +98,7 @@ def _bench(args: argparse.Namespace) -> int:
         sys.argv = [f"memkit bench {args.name}", *args.args]  # each benchmark parses its own options
         module.main()
         return 0
-    known = "scoring, locomo, backends, ingest, contention, session"
+    known = "scoring, locomo, backends, ingest, contention, session, state"
     print(f"memkit bench: no benchmark {args.name!r} (try {known})", file=sys.stderr)
     return 2
 

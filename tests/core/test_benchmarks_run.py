@@ -36,3 +36,14 @@ def test_session_benchmark_writes_its_figures(tmp_path: Path) -> None:
     assert figures["folds"] >= 1 and figures["over_budget"] == 0
     assert figures["max_rendered_tokens"] <= figures["budget"]
     assert png.stat().st_size > 10_000
+
+
+def test_state_benchmark_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "state.json"
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.state", "--backends", "memory", "--json", str(out)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    (row,) = json.loads(out.read_text())["cache"]
+    assert row["backend"] == "memory" and row["single_flight_calls"] == 1
+    assert row["cache_hit_us"] > 0 and "cache_miss_overhead_us" in row
