@@ -17,7 +17,14 @@ Needs pytest; runs under anyio's pytest plugin (shipped with anyio).
 
 from memkit.testing._helpers import make_record
 from memkit.testing._kv import KeyValueConformance
+from memkit.testing._kv_layers import KeyValueLayersConformance
 from memkit.testing._layers import LongTermConformance
 from memkit.testing._records import BackendConformance
 
-__all__ = ["BackendConformance", "KeyValueConformance", "LongTermConformance", "make_record"]
+__all__ = [
+    "BackendConformance",
+    "KeyValueConformance",
+    "KeyValueLayersConformance",
+    "LongTermConformance",
+    "make_record",
+]
