@@ -9,6 +9,7 @@ The files under tests/data/checkpoints/ were written once by memkit 0.1 (format 
 from __future__ import annotations
 
 import struct
+import subprocess
 import sys
 import tracemalloc
 import zlib
@@ -286,6 +287,24 @@ def test_the_config_is_checked() -> None:
         with pytest.raises(ConfigurationError):
             CheckpointConfig(**bad)
     assert CheckpointConfig().resolved_compression == "zstd"
+
+
+def test_the_key_never_shows_in_a_repr() -> None:
+    config = CheckpointConfig(encryption_key=b"s3cr3t-k3y-0123456789abcdefghijk")
+    for shown in (repr(config), str(config), repr(dict(config.__rich_repr__()))):
+        assert "s3cr3t" not in shown and "<hidden>" in shown
+    assert "keep_last=50" in repr(config)
+    assert "encryption_key=None" in repr(CheckpointConfig())
+
+
+def test_import_memkit_loads_neither_extra() -> None:
+    code = (
+        "import sys, memkit; from memkit.layers.checkpoints import CheckpointConfig, Checkpoints; "
+        "CheckpointConfig(encryption_key=bytes(32), compression='zstd').resolved_compression; "
+        "print(sorted(m for m in ('zstandard', 'cryptography') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_missing_extras_are_named(monkeypatch: pytest.MonkeyPatch) -> None:

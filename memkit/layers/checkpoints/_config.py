@@ -40,6 +40,14 @@ class CheckpointConfig(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         _check(self)
 
+    def __rich_repr__(self) -> list[tuple[str, Any]]:
+        """Every setting, the key masked: a config printed or logged must not leak what it protects."""
+        shown = [(name, getattr(self, name)) for name in self.__struct_fields__]
+        return [(n, "<hidden>" if n == "encryption_key" and v is not None else v) for n, v in shown]
+
+    def __repr__(self) -> str:
+        return f"CheckpointConfig({', '.join(f'{name}={value!r}' for name, value in self.__rich_repr__())})"
+
     @property
     def resolved_compression(self) -> Compression | None:
         if self.compression == "auto":
