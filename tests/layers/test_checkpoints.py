@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,7 +12,7 @@ import msgspec
 import pytest
 
 from memkit import Memkit
-from memkit.errors import NotFoundError, ScopeError, SerializationError, ValidationError
+from memkit.errors import CorruptDataError, NotFoundError, ScopeError, SerializationError, ValidationError
 from memkit.layers.checkpoints import AgentState, CheckpointConfig, CheckpointInfo, Checkpoints
 from memkit.layers.checkpoints import _layer as layer_module
 from memkit.layers.checkpoints._layer import NAMESPACE
@@ -70,6 +71,32 @@ async def test_save_load_list_prune_delete(cp: Checkpoints) -> None:
     with pytest.raises(NotFoundError, match="no checkpoint"):
         await cp.load("t")
     assert await cp.load("t", default=None) is None
+
+
+async def test_a_damaged_or_missing_blob_is_an_error_never_a_state(cp: Checkpoints) -> None:
+    good = await cp.save("t", Progress(found=["a"], page=1))
+    await cp.save("t", {"turn": 2, "pad": "x" * 5000})
+    assert await cp.load("t", good, type=Progress) == Progress(found=["a"], page=1)
+    (newest,) = [key for key in await _blob_keys(cp) if not key.endswith(good)]
+    stored = await cp.backend.kv_get(NAMESPACE, newest)
+    assert stored is not None
+    await cp.backend.kv_set(NAMESPACE, newest, stored[:-10])  # a torn write
+    with pytest.raises(SerializationError, match="truncated"):
+        await cp.load("t")
+    await cp.backend.kv_set(NAMESPACE, newest, stored[:60] + bytes([stored[60] ^ 4]) + stored[61:])
+    with pytest.raises(SerializationError, match="checksum"):
+        await cp.load("t")
+    await cp.backend.kv_delete(NAMESPACE, newest)
+    with pytest.raises(CorruptDataError, match="data is gone"):
+        await cp.load("t")
+    assert await cp.load("t", good, type=Progress) == Progress(found=["a"], page=1)  # the previous one still loads
+
+
+async def test_a_large_state_round_trips_off_the_event_loop(cp: Checkpoints) -> None:
+    state = {"blob": random.Random(1).randbytes(2 << 20), "text": "turn " * 100_000}  # past the 1 MiB threshold
+    await cp.save("big", state)
+    assert await cp.load("big") == state
+    assert (await cp.list("big"))[0].size_bytes < (2 << 20) + 50_000  # the text compressed, the bytes could not
 
 
 async def test_retention_keeps_the_newest_and_deletes_the_rest(mem: Memkit) -> None:
