@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from memkit._url import StorageURL
     from memkit.backend import Scope, Weights
     from memkit.layers._turns import Turn
+    from memkit.layers.checkpoints import AgentState, CheckpointConfig, CheckpointInfo, Checkpoints
     from memkit.layers.longterm import (
         KINDS,
         LongTermConfig,
@@ -100,6 +101,7 @@ _LAZY = {
         "memkit.layers.shortterm",
     ),
     **dict.fromkeys(("TaskState", "WorkingItem", "WorkingMemory"), "memkit.layers.working"),
+    **dict.fromkeys(("AgentState", "CheckpointConfig", "CheckpointInfo", "Checkpoints"), "memkit.layers.checkpoints"),
     **dict.fromkeys(("CacheStats", "CachedMCPSession", "ToolCache", "ToolCacheConfig"), "memkit.layers.toolcache"),
     **dict.fromkeys(("EstimateTokenizer", "TiktokenTokenizer", "Tokenizer"), "memkit.tokens"),
 }
@@ -177,4 +179,8 @@ __all__ = [
     "CachedMCPSession",
     "ToolCache",
     "ToolCacheConfig",
+    "AgentState",
+    "CheckpointConfig",
+    "CheckpointInfo",
+    "Checkpoints",
 ]

@@ -25,6 +25,7 @@ from memkit.backend import Backend
 from memkit.embedders import Embedder, resolve_embedder
 from memkit.errors import ConfigurationError, NotOpenError, ValidationError
 from memkit.layers._base import Layer, missing_capabilities
+from memkit.layers.checkpoints import CheckpointConfig, Checkpoints
 from memkit.layers.longterm import LongTermConfig, LongTermMemory
 from memkit.layers.longterm._access import AccessTracker
 from memkit.layers.shortterm import ShortTermConfig, ShortTermMemory
@@ -37,7 +38,7 @@ log = logging.getLogger("memkit")
 
 DEFAULT_URL = "sqlite:///memkit.db"
 EmbedderChoice = Embedder | Literal["auto", "local", "hashing"]
-LAYERS = ("long_term", "short_term", "working", "tool_cache")
+LAYERS = ("long_term", "short_term", "working", "tool_cache", "checkpoints")
 _RELEASE_S = 0.25
 """The least time each backend gets to release its connections when close_timeout has run out."""
 
@@ -72,6 +73,7 @@ class Memkit:
         long_term: LongTermConfig | None = None,
         short_term: ShortTermConfig | None = None,
         tool_cache: ToolCacheConfig | None = None,
+        checkpoints: CheckpointConfig | None = None,
         layer_urls: Mapping[str, str | StorageURL] | None = None,
         close_timeout: float = 5.0,
     ) -> None:
@@ -88,7 +90,10 @@ class Memkit:
         self._short_term = ShortTermMemory(self._backends[urls["short_term"]], short_term)
         self._working = WorkingMemory(self._backends[urls["working"]], lambda: self._short_term.tokenizer)
         self._tool_cache = ToolCache(self._backends[urls["tool_cache"]], tool_cache)
-        self._layers: list[Layer] = [self._long_term, self._short_term, self._working, self._tool_cache]
+        self._checkpoints = Checkpoints(self._backends[urls["checkpoints"]], checkpoints)
+        self._layers: list[Layer] = [
+            self._long_term, self._short_term, self._working, self._tool_cache, self._checkpoints,
+        ]  # fmt: skip
         self._flusher: BackgroundTask | None = None
         self._unserved: dict[str, ConfigurationError] = {}
         """Layers whose backend lacks what they need: using one raises its error."""
@@ -118,6 +123,11 @@ class Memkit:
     def tool_cache(self) -> ToolCache:
         self._require_open("tool_cache")
         return self._tool_cache
+
+    @property
+    def checkpoints(self) -> Checkpoints:
+        self._require_open("checkpoints")
+        return self._checkpoints
 
     def _require_open(self, what: str) -> None:
         if not self._open:
