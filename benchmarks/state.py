@@ -1,8 +1,17 @@
-"""Agent state: what the tool-call cache costs per call, and whether single-flight holds.
+"""Agent state: checkpoint save and load of a 200-turn session, what the tool-call cache costs per call, and
+whether single-flight holds.
 
     python -m benchmarks.state --json out/state.json [--backends memory,sqlite,redis,postgres]
 
-For each backend:
+The checkpointed state is real: the session benchmark's 200 turns (525 messages, tool exchanges with
+parallel calls) run through short-term memory with a 32,000-token budget, so most of it is still verbatim
+(the largest state a checkpoint carries), plus a 20-key working-memory task. For each backend and for
+MessagePack and JSON, with and without zstd:
+
+- ``ckpt_save_ms`` / ``ckpt_load_ms``: median of 30 saves (each a new checkpoint: blob, then index by
+  compare-and-set) and of 30 loads of the latest; ``ckpt_bytes``: the stored blob.
+
+And for each backend:
 
 - ``cache_hit_us``: median time of a call whose result is cached (lookup and decode).
 - ``cache_miss_overhead_us``: median time of a call that misses, over a tool that does nothing, minus
@@ -61,6 +70,53 @@ async def bench_cache(url: str, progress: tqdm) -> dict[str, Any]:  # type: igno
     }
 
 
+async def agent_state() -> Any:
+    """The state after the session benchmark's 200 turns, captured as a checkpoint holds it."""
+    from memkit import Memkit, ShortTermConfig
+
+    from .session import session_turns
+
+    config = ShortTermConfig(max_tokens=32_000, tokenizer="estimate")
+    async with Memkit("memory://", embedder="hashing", short_term=config) as mem:
+        session, task = mem.short_term.session("bench"), mem.working.task("bench")
+        for turn in session_turns(200):
+            await session.add_many(turn)
+        await session.wait_idle()
+        for i in range(20):
+            await task.set(f"key-{i}", {"note": f"checked venue {i}", "price": 40 + i})
+        return await mem.checkpoints.capture(session=session, task=task, state={"step": 200}, turn=199)
+
+
+async def bench_checkpoints(url: str, state: Any, progress: tqdm) -> list[dict[str, Any]]:  # type: ignore[type-arg]
+    from memkit import AgentState, CheckpointConfig, Memkit
+
+    rows = []
+    for serializer in ("msgpack", "json"):
+        for compression in (None, "zstd"):
+            config = CheckpointConfig(serializer=serializer, compression=compression, keep_last=10)
+            async with Memkit(
+                url, embedder="hashing", checkpoints=config, layer_urls={"long_term": "memory://"}
+            ) as mem:
+                checkpoints = mem.checkpoints
+                await checkpoints.delete("bench")
+                saves, loads = [], []
+                for _ in range(30):
+                    started = time.perf_counter()
+                    await checkpoints.save("bench", state)
+                    saves.append(time.perf_counter() - started)
+                    started = time.perf_counter()
+                    loaded = await checkpoints.load("bench", type=AgentState)
+                    loads.append(time.perf_counter() - started)
+                assert loaded == state, "a checkpoint must load as it was saved"
+                size = (await checkpoints.list("bench"))[0].size_bytes
+                await checkpoints.delete("bench")
+            rows.append({"serializer": serializer, "compression": compression or "none",
+                         "ckpt_save_ms": float(np.median(saves)) * 1000, "ckpt_load_ms": float(np.median(loads)) * 1000,
+                         "ckpt_bytes": size})  # fmt: skip
+            progress.update(1)
+    return rows
+
+
 async def single_flight(mem: Any) -> int:
     runs = 0
 
@@ -92,13 +148,21 @@ def backend_urls(wanted: list[str], stack: ExitStack, tmp: Path) -> dict[str, st
 async def amain(args: argparse.Namespace) -> None:
     wanted = args.backends.split(",")
     rows: list[dict[str, Any]] = []
+    checkpoints: list[dict[str, Any]] = []
+    state = await agent_state()
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         urls = backend_urls(wanted, stack, Path(tmp))
-        with tqdm(total=CALLS * len(wanted), desc="state benchmark", unit="call") as progress:
+        with tqdm(total=(CALLS + 4) * len(wanted), desc="state benchmark", unit="step") as progress:
             for name in wanted:
+                checkpoints += [
+                    {"backend": name, **row} for row in await bench_checkpoints(urls[name], state, progress)
+                ]
                 rows.append({"backend": name, **await bench_cache(urls[name], progress)})
+    messages = len(state.session.messages) if state.session else 0
+    print(f"checkpointed state: {messages} messages verbatim, {len(state.working or [])} working-memory keys")
+    print_table(checkpoints, ["backend", "serializer", "compression", "ckpt_save_ms", "ckpt_load_ms", "ckpt_bytes"])
     print_table(rows, ["backend", "cache_hit_us", "cache_miss_overhead_us", "single_flight_calls"])
-    write_json(args.json_path, {"cache": rows})
+    write_json(args.json_path, {"checkpoints": checkpoints, "cache": rows, "state_messages": messages})
 
 
 def main() -> None:

@@ -44,6 +44,13 @@ def test_state_benchmark_writes_its_figures(tmp_path: Path) -> None:
         [sys.executable, "-m", "benchmarks.state", "--backends", "memory", "--json", str(out)],
         check=True, capture_output=True, timeout=600,
     )  # fmt: skip
-    (row,) = json.loads(out.read_text())["cache"]
+    figures = json.loads(out.read_text())
+    (row,) = figures["cache"]
     assert row["backend"] == "memory" and row["single_flight_calls"] == 1
     assert row["cache_hit_us"] > 0 and "cache_miss_overhead_us" in row
+    assert figures["state_messages"] > 500
+    kinds = {(r["serializer"], r["compression"]) for r in figures["checkpoints"]}
+    assert kinds == {("msgpack", "none"), ("msgpack", "zstd"), ("json", "none"), ("json", "zstd")}
+    assert all(
+        r["ckpt_save_ms"] > 0 and r["ckpt_load_ms"] > 0 and r["ckpt_bytes"] > 1000 for r in figures["checkpoints"]
+    )
