@@ -1,4 +1,4 @@
-"""Layer conformance for the key-value layers (short-term, working memory, tool cache): a backend with only
+"""Layer conformance for the key-value layers (short-term, working memory, tool cache, checkpoints): a backend with only
 a key-value face (plain Redis, say) proves they work on it. Provide an async ``backend`` fixture yielding an
 open, empty backend."""
 
@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from memkit.backend import Backend
+from memkit.layers.checkpoints import AgentState, CheckpointConfig, Checkpoints
 from memkit.layers.shortterm import ShortTermConfig, ShortTermMemory
 from memkit.layers.toolcache import ToolCache
 from memkit.layers.working import WorkingMemory
@@ -74,3 +75,23 @@ class KeyValueLayersConformance:
         assert await cache.invalidate("weather") == 1
         await cache.call("weather", {"city": "Oslo"}, tool)
         assert len(runs) == 2
+
+    async def test_checkpoints_save_atomically_resume_and_prune(self, backend: Backend) -> None:
+        layer = await _short_term(backend)
+        checkpoints = Checkpoints(backend, CheckpointConfig(keep_last=5))
+        session = layer.session("agent", user_id="ada")
+        task = WorkingMemory(backend).task("agent", user_id="ada")
+        ids = []
+        for turn in range(8):
+            await session.add({"role": "user", "content": f"turn {turn}"})
+            await task.set("turn", turn)
+            state = await checkpoints.capture(session=session, task=task, state={"turn": turn}, turn=turn)
+            ids.append(await checkpoints.save("thread", state, user_id="ada"))
+        listed = await checkpoints.list("thread", user_id="ada")
+        assert [c.id for c in listed] == ids[::-1][:5] and listed[0].parent_id == ids[-2]
+        await session.add({"role": "user", "content": "lost in the crash"})
+        saved = await checkpoints.load("thread", type=AgentState, user_id="ada")
+        await checkpoints.resume(saved, session=session, task=task)
+        assert (await session.history())[-1].content == "turn 7" and await task.get("turn") == 7
+        assert await checkpoints.load("thread", default=None, user_id="bob") is None
+        assert await checkpoints.delete("thread", user_id="ada") == 5
