@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -12,7 +13,7 @@ import pytest
 
 from memkit import CachedToolError, ConfigurationError, Memkit, ToolCacheConfig, ValidationError
 from memkit.layers.toolcache import canonical_arguments
-from memkit.layers.toolcache._cache import ENTRIES, LEASES
+from memkit.layers.toolcache._cache import _MISS, ENTRIES, LEASES
 
 pytestmark = pytest.mark.anyio
 
@@ -75,7 +76,10 @@ def test_equal_arguments_give_one_key_and_unkeyable_ones_are_refused() -> None:
     assert key({"a": 1, "b": [1.0, 2]}) == key({"b": [1, 2.0], "a": 1.0})
     assert key(Query("Oslo")) == key({"days": 1, "city": "Oslo"}) == key(msgspec.to_builtins(Query("Oslo")))
     assert key({"x": -0.0}) == key({"x": 0}) and key({"x": 0.5}) != key({"x": 0})
-    assert key({"x": "1"}) != key({"x": 1})
+    assert key({"x": "1"}) != key({"x": 1}) and key({"x": 1}) != key({"x": True})
+    assert key({"x": b"abc"}) != key({"x": "YWJj"})  # bytes are not their base64 text
+    moment = datetime(2026, 5, 1, tzinfo=UTC)
+    assert key({"at": moment}) != key({"at": moment.isoformat()}) and key({"x": (1, 2)}) == key({"x": [1, 2]})
     for bad in ({"x": float("nan")}, {"x": float("inf")}, {1: "a"}, {"x": object()}):
         with pytest.raises(ValidationError, match="tool 't'"):
             key(bad)
@@ -200,7 +204,7 @@ async def test_a_namespace_keeps_about_max_entries(kv_url: str) -> None:
 async def test_the_decorator_keys_on_bound_arguments_and_decodes_the_return_type(mem: Memkit) -> None:
     runs = []
 
-    @mem.tool_cache.cached(ttl_s=600, version="1")
+    @mem.tool_cache.cached("forecast", ttl_s=600, version="1")
     async def forecast(city: str, days: int = 1) -> Forecast:
         runs.append(city)
         return Forecast(city=city, celsius=4.5)
@@ -212,9 +216,113 @@ async def test_the_decorator_keys_on_bound_arguments_and_decodes_the_return_type
     with pytest.raises(ValidationError, match="async function"):
         mem.tool_cache.cached()(lambda: 1)  # type: ignore[arg-type, return-value]
 
+    async def unnamed() -> int:
+        return 1
+
+    with pytest.raises(ValidationError, match="name it"):  # two closures of a factory must not share results
+        mem.tool_cache.cached()(unnamed)
+
+    calls = []
+
+    class Api:
+        @mem.tool_cache.cached("api.lookup")
+        async def lookup(self, q: str) -> str:  # self is not part of the key: it cannot be encoded anyway
+            calls.append(q)
+            return q.upper()
+
+    assert await Api().lookup("x") == await Api().lookup(q="x") == "X" and calls == ["x"]
+
 
 def test_bad_settings_fail_when_built() -> None:
     for kwargs in ({"default_ttl_s": 0}, {"ttls": {"x": -1}}, {"max_entries": 0}, {"lease_s": float("nan")},
                    {"cache_errors": "yes"}):  # fmt: skip
         with pytest.raises(ConfigurationError):
             ToolCacheConfig(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_waiters_never_inherit_the_leaders_cancellation(mem: Memkit) -> None:
+    tool, results = Counter(delay=0.3), []
+
+    async def leader() -> None:
+        with anyio.move_on_after(0.1):  # the first caller gives up; the others still want the result
+            await mem.tool_cache.call("weather", {"city": "Oslo"}, tool)
+
+    async def waiter() -> None:
+        await anyio.sleep(0.02)
+        results.append(await mem.tool_cache.call("weather", {"city": "Oslo"}, tool))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(leader)
+        for _ in range(3):
+            group.start_soon(waiter)
+    assert len(results) == 3 and tool.runs == 2  # one waiter led again, the others joined it
+
+
+async def test_a_leaders_exception_reaches_every_waiter_as_its_own(mem: Memkit) -> None:
+    tool, caught = Counter(delay=0.05, fail=True), []
+
+    async def ask() -> None:
+        try:
+            await mem.tool_cache.call("weather", {"city": "Oslo"}, tool)
+        except RuntimeError as exc:
+            caught.append(exc)
+
+    async with anyio.create_task_group() as group:
+        for _ in range(5):
+            group.start_soon(ask)
+    assert tool.runs == 1 and len(caught) == 5 and len({id(e) for e in caught}) == 5
+
+
+async def test_trimming_one_namespace_never_touches_a_look_alike(kv_url: str) -> None:
+    config = ToolCacheConfig(max_entries=10)
+    async with Memkit(kv_url, embedder="hashing", tool_cache=config, layer_urls=only_long_term_elsewhere()) as mem:
+        for i in range(50):
+            await mem.tool_cache.call("t", {"i": i}, Counter(), namespace="a|x")
+        for i in range(10):
+            await mem.tool_cache.call("t", {"i": i}, Counter(), namespace="a|y")
+        tool = Counter()
+        for i in range(40, 50):
+            await mem.tool_cache.call("t", {"i": i}, tool, namespace="a|x")
+        assert tool.runs == 0  # a|x kept its newest ten
+
+
+async def test_a_result_that_cannot_be_cached_is_still_returned(mem: Memkit) -> None:
+    name = b"caf\xe9.txt".decode("utf-8", "surrogateescape")  # as os.listdir gives undecodable names
+
+    async def listing() -> str:
+        return name
+
+    assert await mem.tool_cache.call("ls", {"dir": "/tmp"}, listing) == name
+
+
+async def test_a_result_stored_between_a_miss_and_the_lease_is_used(mem: Memkit) -> None:
+    cache = mem.tool_cache
+    await cache.call("weather", {"city": "Oslo"}, Counter())  # the result another worker stored
+    real = cache._lookup
+    misses = iter([True])
+
+    async def late(*args: Any, **kwargs: Any) -> Any:  # our first look came before that worker's store
+        return _MISS if next(misses, False) else await real(*args, **kwargs)
+
+    cache._lookup = late  # type: ignore[method-assign]
+    tool = Counter()
+    assert await cache.call("weather", {"city": "Oslo"}, tool) == {"city": "Oslo", "celsius": 4.5}
+    assert tool.runs == 0
+
+
+async def test_a_call_cancelled_while_taking_its_lease_leaves_none(mem: Memkit) -> None:
+    backend = mem.tool_cache.backend
+    real = backend.kv_replace
+
+    async def slow_reply(*args: Any, **kwargs: Any) -> bool:  # the store commits, then the reply is late
+        done = await real(*args, **kwargs)
+        await anyio.sleep(0.2)
+        return done
+
+    backend.kv_replace = slow_reply  # type: ignore[method-assign]
+    try:
+        with anyio.move_on_after(0.05):
+            await mem.tool_cache.call("weather", {"city": "Oslo"}, Counter())
+    finally:
+        backend.kv_replace = real  # type: ignore[method-assign]
+    assert (await backend.kv_scan(LEASES)).items == []

@@ -17,6 +17,7 @@ many writes, the oldest entries beyond it are deleted.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -29,7 +30,7 @@ from memkit._background import BackgroundTask
 from memkit._time import new_id
 from memkit._validation import MAX_ID_CHARS, check_text
 from memkit.backend import Backend
-from memkit.errors import CachedToolError, ValidationError
+from memkit.errors import BackendError, CachedToolError, ValidationError
 from memkit.layers.toolcache._config import CacheStats, ToolCacheConfig, ToolStats
 from memkit.layers.toolcache._keys import canonical_arguments, entry_key, namespace_prefix, tool_prefix
 
@@ -52,6 +53,7 @@ class _Entry(msgspec.Struct, array_like=True, gc=False):
 
 
 _encode = msgspec.msgpack.Encoder().encode
+_ENCODE_ERRORS = (TypeError, ValueError, OverflowError, RecursionError, UnicodeEncodeError, msgspec.EncodeError)
 _decode_entry = msgspec.msgpack.Decoder(_Entry).decode
 
 
@@ -62,6 +64,66 @@ class _Flight:
         self.done = anyio.Event()
         self.result: Any = None
         self.error: BaseException | None = None
+        self.took_s = 0.0
+
+
+def _copied(error: Exception) -> Exception:
+    """The leader's exception for one waiter: a copy, so that raising it in many tasks does not grow one
+    traceback with every raise (the original stays its cause)."""
+    try:
+        twin = copy.copy(error)
+    except Exception:
+        return error
+    twin.__cause__ = error
+    return twin
+
+
+class _Lease:
+    """A worker's claim on a running call. Each renewal stores a new value (the contract lets a replace that
+    changes nothing skip the write, and with it the new TTL)."""
+
+    def __init__(self, backend: Backend, key: str, lease_s: float) -> None:
+        self.backend, self.key, self.lease_s = backend, key, lease_s
+        self._base = new_id()
+        self._renewals = 0
+        self.value = self._next()
+
+    def _next(self) -> bytes:
+        self._renewals += 1
+        return f"{self._base}:{self._renewals}".encode()
+
+    async def take(self) -> bool:
+        try:
+            return await self.backend.kv_replace(LEASES, self.key, self.value, expected=None, ttl_s=self.lease_s)
+        except BaseException:
+            # Cancelled or failed after the store may have taken it: give it back, or the next caller waits
+            # out the whole lease.
+            with anyio.CancelScope(shield=True):
+                await self.release()
+            raise
+
+    async def keep(self) -> None:
+        """Renew every third of the lease while the tool runs; stop if another worker took it meanwhile."""
+        while True:
+            await anyio.sleep(self.lease_s / 3)
+            renewed = self._next()
+            try:
+                if not await self.backend.kv_replace(
+                    LEASES, self.key, renewed, expected=self.value, ttl_s=self.lease_s
+                ):
+                    log.warning("memkit: the lease of a running tool call was lost; another worker may run it too")
+                    return
+            except BackendError as exc:  # try again at the next renewal
+                log.warning("memkit: renewing a tool call's lease failed: %s", exc)
+                continue
+            self.value = renewed
+
+    async def release(self) -> None:
+        try:
+            if await self.backend.kv_get(LEASES, self.key) == self.value:  # not a lease taken after ours expired
+                await self.backend.kv_delete(LEASES, self.key)
+        except BackendError as exc:  # it expires on its own
+            log.warning("memkit: releasing a tool call's lease failed (it expires by itself): %s", exc)
 
 
 class ToolCache:
@@ -103,19 +165,40 @@ class ToolCache:
         key = self._key(tool, arguments, version, namespace)
         ttl = self._ttl(tool, ttl_s)
         stats = self._stats.setdefault(tool, ToolStats())
-        found = await self._lookup(key, tool, type, stats)
-        if found is not _MISS:
-            return found  # type: ignore[no-any-return]
-        flight = self._flights.get(key)
-        if flight is not None:  # the same call is running in this process: its outcome is ours
-            await flight.done.wait()
-            stats.joined += 1
-            if flight.error is not None:
-                raise flight.error
-            return flight.result  # type: ignore[no-any-return]
+        while True:
+            found = await self._lookup(key, tool, type)
+            if found is not _MISS:
+                return found  # type: ignore[no-any-return]
+            flight = self._flights.get(key)
+            if flight is None:
+                return await self._lead(key, tool, run, namespace=namespace, ttl=ttl, as_type=type, stats=stats)
+            await flight.done.wait()  # the same call is running in this process: its outcome is ours...
+            if flight.error is None:
+                stats.joined += 1
+                stats.saved_s += flight.took_s
+                return flight.result  # type: ignore[no-any-return]
+            if isinstance(flight.error, Exception):
+                stats.joined += 1
+                raise _copied(flight.error)
+            # ...unless it was cancelled: that was its caller's, not ours. Look again, and lead if need be.
+
+    async def _lead(
+        self,
+        key: str,
+        tool: str,
+        run: Callable[[], Awaitable[T]],
+        *,
+        namespace: str,
+        ttl: float,
+        as_type: Any,
+        stats: ToolStats,
+    ) -> T:
         flight = self._flights[key] = _Flight()
+        started = time.perf_counter()
         try:
-            flight.result = await self._run_once(key, tool, run, ttl=ttl, as_type=type, stats=stats)
+            flight.result = await self._run_once(key, tool, run, namespace=namespace, ttl=ttl, as_type=as_type,
+                                                 stats=stats)  # fmt: skip
+            flight.took_s = time.perf_counter() - started
             return flight.result  # type: ignore[no-any-return]
         except BaseException as exc:
             flight.error = exc
@@ -137,7 +220,9 @@ class ToolCache:
             raise ValidationError(f"ttl_s must be a positive number of seconds, got {ttl!r}")
         return float(ttl)
 
-    async def _lookup(self, key: str, tool: str, as_type: Any, stats: ToolStats) -> Any:
+    async def _lookup(self, key: str, tool: str, as_type: Any, *, hit: bool = True) -> Any:
+        """The cached result (decoded as ``as_type``), ``_MISS``, or a cached failure raised. Counted as a hit
+        unless ``hit`` is false (a wait for another worker's call: its caller counts it as joined)."""
         raw = await self.backend.kv_get(ENTRIES, key)
         if raw is None:
             return _MISS
@@ -147,8 +232,9 @@ class ToolCache:
         except msgspec.DecodeError as exc:  # a changed return type, or bytes damaged outside memkit
             log.warning("memkit: cached result of %r unreadable (%s); calling the tool again", tool, exc)
             return _MISS
-        stats.hits += 1
+        stats = self._stats.setdefault(tool, ToolStats())
         stats.saved_s += entry.took_s
+        stats.hits += hit
         if entry.error_type:
             raise CachedToolError(
                 f"tool {tool!r} failed with these arguments {time.time() - entry.stored_at:.0f} s ago and the failure "
@@ -158,29 +244,51 @@ class ToolCache:
         return value
 
     async def _run_once(
-        self, key: str, tool: str, run: Callable[[], Awaitable[T]], *, ttl: float, as_type: Any, stats: ToolStats
+        self,
+        key: str,
+        tool: str,
+        run: Callable[[], Awaitable[T]],
+        *,
+        namespace: str,
+        ttl: float,
+        as_type: Any,
+        stats: ToolStats,
     ) -> T:
         """Run the tool under the call's lease, or wait for the worker that holds it."""
-        config = self.config
         while True:
-            token = new_id().encode()
-            if await self.backend.kv_replace(LEASES, key, token, expected=None, ttl_s=config.lease_s):
-                return await self._run_leased(key, tool, run, ttl=ttl, token=token, stats=stats)
-            await anyio.sleep(config.poll_s)  # another worker runs it: its result, or its lease expiring
-            found = await self._lookup(key, tool, as_type, stats)
+            lease = _Lease(self.backend, key, self.config.lease_s)
+            if await lease.take():
+                # Looked up again under the lease: another worker may have stored the result and let its
+                # lease go between our miss and our taking it.
+                found = await self._lookup(key, tool, as_type, hit=False)
+                if found is not _MISS:
+                    with anyio.CancelScope(shield=True):
+                        await lease.release()
+                    stats.joined += 1
+                    return found  # type: ignore[no-any-return]
+                return await self._run_leased(key, tool, run, namespace=namespace, ttl=ttl, lease=lease, stats=stats)
+            await anyio.sleep(self.config.poll_s)  # another worker runs it: its result, or its lease expiring
+            found = await self._lookup(key, tool, as_type, hit=False)
             if found is not _MISS:
-                stats.hits -= 1  # counted as a wait for another worker's call, not as a hit
                 stats.joined += 1
                 return found  # type: ignore[no-any-return]
 
     async def _run_leased(
-        self, key: str, tool: str, run: Callable[[], Awaitable[T]], *, ttl: float, token: bytes, stats: ToolStats
+        self,
+        key: str,
+        tool: str,
+        run: Callable[[], Awaitable[T]],
+        *,
+        namespace: str,
+        ttl: float,
+        lease: _Lease,
+        stats: ToolStats,
     ) -> T:
         stats.misses += 1
         started = time.perf_counter()
         # The renewal runs beside the tool, not in a task group: the tool's own exception must reach the
         # caller as itself, not wrapped in an ExceptionGroup.
-        renewal = BackgroundTask.start(lambda: self._renew(key, token))
+        renewal = BackgroundTask.start(lease.keep)
         try:
             try:
                 result = await run()
@@ -190,45 +298,46 @@ class ToolCache:
         except Exception as exc:
             stats.errors += 1
             if self.config.cache_errors:
-                took = time.perf_counter() - started
-                entry = _Entry(msgspec.Raw(b"\xc0"), time.time(), took, type(exc).__name__, str(exc))
-                await self._store(key, _encode(entry), self.config.error_ttl_s)
+                await self._store_error(key, namespace, exc, time.perf_counter() - started)
             raise
         else:  # stored before the lease goes, so a waiting worker finds the result, not a free lease
-            await self._store_result(key, tool, result, ttl, time.perf_counter() - started)
+            await self._store_result(key, tool, namespace, result, ttl=ttl, took_s=time.perf_counter() - started)
             return result
         finally:
             with anyio.CancelScope(shield=True):
-                await self._release(key, token)
+                await lease.release()
 
-    async def _renew(self, key: str, token: bytes) -> None:
-        """Keep the lease while the tool runs (a long call must not look like a dead worker)."""
-        lease = self.config.lease_s
-        while True:
-            await anyio.sleep(lease / 3)
-            await self.backend.kv_set(LEASES, key, token, lease)
-
-    async def _release(self, key: str, token: bytes) -> None:
-        if await self.backend.kv_get(LEASES, key) == token:  # not another worker's, taken after ours expired
-            await self.backend.kv_delete(LEASES, key)
-
-    async def _store_result(self, key: str, tool: str, result: object, ttl: float, took_s: float) -> None:
+    async def _store_result(
+        self, key: str, tool: str, namespace: str, result: object, *, ttl: float, took_s: float
+    ) -> None:
+        """Cache the result; one that cannot be cached is still the caller's (logged once per tool)."""
         try:
-            value = _encode(result)
-        except (TypeError, msgspec.EncodeError, OverflowError, RecursionError) as exc:
-            if tool not in self._warned:  # the caller still gets the result; it is just not cached
+            entry = _encode(_Entry(msgspec.Raw(_encode(result)), time.time(), took_s))
+        except _ENCODE_ERRORS as exc:
+            if tool not in self._warned:
                 self._warned.add(tool)
                 log.warning("memkit: results of tool %r are not cached: msgspec cannot encode them (%s)", tool, exc)
             return
-        await self._store(key, _encode(_Entry(msgspec.Raw(value), time.time(), took_s)), ttl)
+        await self._store(key, namespace, entry, ttl)
 
-    async def _store(self, key: str, entry: bytes, ttl: float) -> None:
-        await self.backend.kv_set(ENTRIES, key, entry, ttl)
-        namespace = key[: key.index("|") + 1]
-        self._writes[namespace] = self._writes.get(namespace, 0) + 1
-        if self._writes[namespace] >= max(self.config.max_entries // 10, 1):
-            self._writes[namespace] = 0
-            await self._trim(namespace)
+    async def _store_error(self, key: str, namespace: str, error: Exception, took_s: float) -> None:
+        try:
+            entry = _encode(_Entry(msgspec.Raw(b"\xc0"), time.time(), took_s, type(error).__name__, str(error)))
+        except _ENCODE_ERRORS:
+            return  # a message that cannot be stored: the failure is raised, just not cached
+        await self._store(key, namespace, entry, self.config.error_ttl_s)
+
+    async def _store(self, key: str, namespace: str, entry: bytes, ttl: float) -> None:
+        """Write an entry; the tool has run, so a storage failure is logged, never raised over its outcome
+        (a caller seeing an error would call a side-effecting tool again)."""
+        try:
+            await self.backend.kv_set(ENTRIES, key, entry, ttl)
+            self._writes[namespace] = self._writes.get(namespace, 0) + 1
+            if self._writes[namespace] >= max(self.config.max_entries // 10, 1):
+                self._writes[namespace] = 0
+                await self._trim(namespace_prefix(namespace))
+        except BackendError as exc:
+            log.warning("memkit: a tool result could not be cached (%s); the call itself succeeded", exc)
 
     async def _trim(self, prefix: str) -> None:
         """Delete the oldest entries of the namespace beyond ``max_entries``."""

@@ -23,14 +23,22 @@ def cache_function(
     cache: ToolCache, fn: Callable[..., Awaitable[T]], tool: str | None, options: dict[str, Any]
 ) -> Callable[..., Awaitable[T]]:
     """The wrapper: the call's arguments (bound to the signature, defaults filled in) are the key, and a
-    cached result is decoded as the function's return annotation (a Struct comes back a Struct)."""
+    cached result is decoded as the function's return annotation (a Struct comes back a Struct). The tool's
+    name defaults to the function's module and qualified name; a method's ``self``/``cls`` is not in the key
+    (instances whose results differ need their own ``namespace`` or ``version``)."""
     if not inspect.iscoroutinefunction(fn):
         raise ValidationError(f"@cached takes an async function; {getattr(fn, '__name__', fn)!r} is not one")
     unknown = set(options) - _OPTIONS
     if unknown:
         raise ValidationError(f"@cached takes {sorted(_OPTIONS)}, not {sorted(unknown)}")
-    name = tool or fn.__qualname__
+    if tool is None and "<locals>" in fn.__qualname__:
+        # Two closures of one factory share a qualified name but not their results.
+        raise ValidationError(f"@cached on {fn.__qualname__!r}, a function defined inside another: name it, "
+                              "@cached(tool='...'), so that two such functions never share results")  # fmt: skip
+    name = tool or f"{fn.__module__}.{fn.__qualname__}"
     signature = inspect.signature(fn)
+    first = next(iter(signature.parameters), None)
+    skip_self = first in ("self", "cls")  # a method's object is not an argument of the call
     try:
         returns = typing.get_type_hints(fn).get("return", Any)
     except Exception:  # an annotation that cannot be resolved here: results come back as builtins
@@ -40,6 +48,9 @@ def cache_function(
     async def cached_call(*args: Any, **kwargs: Any) -> T:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
-        return await cache.call(name, dict(bound.arguments), lambda: fn(*args, **kwargs), type=returns, **options)
+        arguments = dict(bound.arguments)
+        if skip_self:
+            arguments.pop(first, None)  # type: ignore[arg-type]
+        return await cache.call(name, arguments, lambda: fn(*args, **kwargs), type=returns, **options)
 
     return cached_call

@@ -1,14 +1,16 @@
 """Cache keys from tool calls: the same call gives the same key in every process, and nothing else does.
 
-The arguments are put in a canonical form first: msgspec's builtins (Structs, dataclasses, datetimes, UUIDs,
-bytes as base64), dict keys sorted, a float with an integer value written as that integer (``1.0`` and ``1``
-are one call, as JSON says), ``-0.0`` as ``0``. What has no canonical form (NaN or infinities, a dict
-with non-string keys, an object msgspec cannot encode) is a ``ValidationError``, never a key that misses
-forever.
+The arguments are put in a canonical form first, then written as MessagePack with sorted keys: msgspec's
+builtins (Structs and dataclasses as their fields), bytes and datetimes as themselves (never equal to a
+string), a float with an integer value written as that integer (``1.0`` and ``1`` are one call, as JSON
+says), ``-0.0`` as ``0``. A UUID, a Decimal or an Enum is its string or value, as msgspec encodes it.
+What has no canonical form (NaN or infinities, a dict with non-string keys, an object msgspec cannot
+encode) is a ``ValidationError``, never a key that misses forever.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import math
 from typing import Any
@@ -20,7 +22,10 @@ from memkit.layers._keys import key_of
 
 __all__ = ["canonical_arguments", "entry_key", "namespace_prefix", "tool_prefix"]
 
-_encode_sorted = msgspec.json.Encoder(order="sorted").encode
+_encode_sorted = msgspec.msgpack.Encoder(order="sorted").encode
+# Kept as themselves, not turned into strings: so bytes never equal their base64 text, nor a datetime its
+# ISO text (MessagePack has a type for each).
+_KEEP = (bytes, bytearray, memoryview, datetime.datetime)
 _EXACT = 2**53
 """Integral floats at most this large are written as integers; beyond it a float is not exact anyway."""
 
@@ -41,9 +46,9 @@ def _normal(value: Any, path: str) -> Any:
 
 
 def canonical_arguments(tool: str, arguments: object) -> bytes:
-    """The arguments as canonical JSON (raises ``ValidationError`` when they have none)."""
+    """The arguments in canonical form (raises ``ValidationError`` when they have none)."""
     try:
-        plain = msgspec.to_builtins(arguments, order="sorted")
+        plain = msgspec.to_builtins(arguments, builtin_types=_KEEP, order="sorted")
         return _encode_sorted(_normal(plain, "the arguments"))
     except ValidationError as exc:
         raise ValidationError(f"tool {tool!r}: {exc}") from exc
