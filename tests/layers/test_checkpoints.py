@@ -286,3 +286,30 @@ async def test_resume_refuses_layers_the_checkpoint_did_not_capture(mem: Memkit,
         await cp.resume({"session": None}, session=session)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="ShortTermSession"):
         await cp.capture(session=task)  # type: ignore[arg-type]
+
+
+async def test_a_delete_during_a_save_never_leaves_a_listed_checkpoint_without_its_data(cp: Checkpoints) -> None:
+    await cp.save("t", {"turn": 0})
+    backend = cp.backend
+    real = backend.kv_get
+    index_reads = 0
+
+    async def slow_index(namespace: str, key: str, **kwargs: Any) -> bytes | None:
+        nonlocal index_reads
+        found = await real(namespace, key, **kwargs)
+        if key.endswith("||index"):
+            index_reads += 1
+            if index_reads == 1:  # the save's read, after its blob is written: the delete runs meanwhile
+                await anyio.sleep(0.1)
+        return found
+
+    backend.kv_get = slow_index  # type: ignore[method-assign]
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(cp.save, "t", {"turn": 1})
+            await anyio.sleep(0.03)
+            group.start_soon(cp.delete, "t")
+    finally:
+        backend.kv_get = real  # type: ignore[method-assign]
+    for info in await cp.list("t"):  # whatever is listed loads
+        assert await cp.load("t", info.id) in ({"turn": 0}, {"turn": 1})

@@ -278,12 +278,21 @@ class Checkpoints:
         return len(dropped)
 
     async def delete(self, thread_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> int:
-        """Forget the whole thread; returns how many checkpoints it listed."""
+        """Forget the whole thread; returns how many checkpoints it listed.
+
+        The index is emptied by compare-and-set and only the blobs it listed are deleted, then orphans older
+        than ``orphan_grace_s``: a blind delete of every key let a save in flight re-create an index listing
+        a blob already gone (its latest checkpoint then never loaded). A younger orphan may be such a save's;
+        the next ``prune`` or ``delete`` sweeps it once it is old enough."""
         thread = _thread(thread_id, user_id, agent_id)
-        listed = len((await self._index(thread)).entries)
-        await self.backend.kv_delete(NAMESPACE, thread.index_key)  # first: the thread is empty from here on
-        await self.backend.kv_delete_prefix(NAMESPACE, thread.prefix)
-        return listed
+
+        def empty(current: bytes | None) -> tuple[bytes, builtins.list[str]]:
+            return _encode_index(_Index(entries=[])), [e.id for e in _read_index(current, thread).entries]
+
+        dropped = await update_kv(self.backend, NAMESPACE, thread.index_key, empty)
+        await self._forget(thread, dropped)
+        await self._sweep_orphans(thread)
+        return len(dropped)
 
     async def _forget(self, thread: _Thread, ids: builtins.list[str]) -> None:
         """Delete blobs no index lists any more. The save or prune that dropped them has landed, so a failure
