@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from memkit import AgentState, Memkit, ToolCacheConfig
+from memkit import AgentState, Memkit, ShortTermConfig, ToolCacheConfig
 
 URL, EVENTS, TURNS = sys.argv[1], sys.argv[2], int(sys.argv[3])
 RUN = os.environ.get("CRASH_RUN", "0")
@@ -33,25 +33,31 @@ def event(what: str) -> None:
 async def main() -> None:
     # A short lease: a run killed inside the tool holds the next run up for half a second, not thirty.
     cache = ToolCacheConfig(lease_s=0.5, poll_s=0.01)
-    async with Memkit(URL, embedder="hashing", tool_cache=cache, layer_urls={"long_term": "memory://"}) as mem:
+    # A budget nothing reaches: every message stays verbatim, so the test can check each one.
+    session_config = ShortTermConfig(max_tokens=1_000_000, tokenizer="estimate")
+    options: dict[str, Any] = {"tool_cache": cache, "short_term": session_config}
+    async with Memkit(URL, embedder="hashing", layer_urls={"long_term": "memory://"}, **options) as mem:
         session = mem.short_term.session("crash", user_id="ada")
         task = mem.working.task("crash", user_id="ada")
         saved: AgentState | None = await mem.checkpoints.load(THREAD, type=AgentState, default=None)
         if saved is None:  # a run killed before its first checkpoint may have left a partial turn
             await session.clear()
             await task.clear()
-            start = 0
+            start, total = 0, 0
         else:
             await mem.checkpoints.resume(saved, session=session, task=task)
-            start = saved.turn + 1
+            start, total = saved.turn + 1, saved.state["total"]
         event(f"ready {start}")
         print("ready", flush=True)
         for turn in range(start, TURNS):
-            await one_turn(mem, session, task, turn)
+            total = await one_turn(mem, session, task, turn, total)
         event("done")
 
 
-async def one_turn(mem: Memkit, session: Any, task: Any, turn: int) -> None:
+async def one_turn(mem: Memkit, session: Any, task: Any, turn: int, total: int) -> int:
+    """One turn; ``total`` (the sum of every answer so far) is carried only by the checkpoints: a turn
+    applied twice, or one lost, shows in it."""
+
     async def lookup() -> dict[str, int]:
         event(f"tool {turn}")
         return {"answer": turn * 7}
@@ -61,9 +67,12 @@ async def one_turn(mem: Memkit, session: Any, task: Any, turn: int) -> None:
     await session.add({"role": "user", "content": f"turn {turn}: what is {turn} times 7?"})
     await session.add({"role": "assistant", "content": f"turn {turn}: {result['answer']}"})
     await task.set("last_turn", turn)
-    state = await mem.checkpoints.capture(session=session, task=task, state={"turn": turn}, turn=turn)
+    await task.update("turns_done", lambda done: (done or 0) + 1)  # wrong after a kill unless resume restores it
+    total += result["answer"]
+    state = await mem.checkpoints.capture(session=session, task=task, state={"turn": turn, "total": total}, turn=turn)
     await mem.checkpoints.save(THREAD, state)
     event(f"saved {turn}")
+    return total
 
 
 if __name__ == "__main__":

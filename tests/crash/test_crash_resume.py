@@ -1,5 +1,11 @@
 """An agent loop killed with SIGKILL at random points resumes from its last completed turn, with nothing lost
-and no turn or cached tool call done twice (tests/crash/agent.py is the loop)."""
+and no turn or cached tool call done twice (tests/crash/agent.py is the loop).
+
+What proves it: every one of the 2,000 messages is in the final session exactly once and in order (the
+budget keeps them all verbatim); a counter in working memory and a running total in the checkpointed state
+are right only if every resume restored them (a turn applied twice or lost shows); and a tool runs again only
+when the run that ran it died before its call returned (else its result was cached, and a second run is a
+duplicate). A quarter of the kills land while a run opens, loads and resumes."""
 
 from __future__ import annotations
 
@@ -32,11 +38,15 @@ def start_agent(url: str, events: Path, run: int) -> subprocess.Popen[bytes]:
 
 
 def kill_at_random(process: subprocess.Popen[bytes], rng: random.Random) -> None:
-    """SIGKILL a random moment after the agent is running its loop (or at once if it never gets there)."""
+    """SIGKILL a random moment of its loop; one run in four at a random moment of its start instead (while it
+    opens, loads its checkpoint and resumes from it)."""
     assert process.stdout is not None
-    ready, _, _ = select.select([process.stdout], [], [], 60)
-    if ready and process.stdout.readline().strip() == b"ready":
-        time.sleep(rng.uniform(0.0, 0.3))
+    if rng.random() < 0.25:
+        time.sleep(rng.uniform(0.3, 1.5))
+    else:
+        ready, _, _ = select.select([process.stdout], [], [], 60)
+        if ready and process.stdout.readline().strip() == b"ready":
+            time.sleep(rng.uniform(0.0, 0.3))
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
 
@@ -86,7 +96,7 @@ def test_an_agent_killed_at_random_resumes_exactly(
     assert_no_cached_call_ran_twice(rows)
     last_events = [[what for r, what, _ in rows if r == run][-1:] for run in range(TRIALS)]
     mid_turn = sum(last == ["cached"] for last in last_events)  # killed between its tool call and its save
-    assert sum(last in (["cached"], ["saved"], ["tool"]) for last in last_events) >= TRIALS // 2
+    assert sum(last in (["cached"], ["saved"], ["tool"]) for last in last_events) >= TRIALS // 3
     assert mid_turn >= 1, f"no kill landed mid-turn: {last_events}"
     anyio.run(check_final_state, url)
 
@@ -95,10 +105,8 @@ async def check_final_state(url: str) -> None:
     """Every turn exactly once, in order, in the session the last checkpoint holds; working memory agrees."""
     async with Memkit(url, embedder="hashing", layer_urls={"long_term": "memory://"}) as mem:
         state = await mem.checkpoints.load("crash-thread", type=AgentState)
-        assert state.turn == TURNS - 1 and state.state == {"turn": TURNS - 1}
-        assert state.session is not None and state.working is not None
-        kept = [m.content for m in state.session.messages]
+        assert state.turn == TURNS - 1 and state.state == {"turn": TURNS - 1, "total": 7 * TURNS * (TURNS - 1) // 2}
+        assert state.session is not None and state.working is not None and state.session.folded == 0
         every = [text for t in range(TURNS) for text in (f"turn {t}: what is {t} times 7?", f"turn {t}: {t * 7}")]
-        assert kept == every[-len(kept) :], "a turn is missing or repeated"
-        assert state.session.folded + len(kept) == 2 * TURNS  # the rest was folded into the summary, once
-        assert {item.key: item.value for item in state.working} == {"last_turn": TURNS - 1}
+        assert [m.content for m in state.session.messages] == every, "a turn is missing or repeated"
+        assert {item.key: item.value for item in state.working} == {"last_turn": TURNS - 1, "turns_done": TURNS}
