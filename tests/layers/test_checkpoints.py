@@ -313,3 +313,27 @@ async def test_a_delete_during_a_save_never_leaves_a_listed_checkpoint_without_i
         backend.kv_get = real  # type: ignore[method-assign]
     for info in await cp.list("t"):  # whatever is listed loads
         assert await cp.load("t", info.id) in ({"turn": 0}, {"turn": 1})
+
+
+async def test_forty_saves_to_one_thread_at_once_from_two_clients_all_land(kv_url: str) -> None:
+    if kv_url == "memory://":
+        pytest.skip("memory:// is one process's store")
+    clients = [
+        Checkpoints(backend, CheckpointConfig(keep_last=None)) for backend in [await _open(kv_url) for _ in range(2)]
+    ]
+    try:
+        async with anyio.create_task_group() as group:
+            for n in range(40):
+                group.start_soon(clients[n % 2].save, "busy", {"n": n})
+        assert len(await clients[0].list("busy")) == 40
+    finally:
+        for client in clients:
+            await client.backend.aclose()
+
+
+async def _open(url: str) -> Any:
+    from memkit import open_backend
+
+    backend = open_backend(url)
+    await backend.open()
+    return backend

@@ -10,7 +10,6 @@ changes nothing: it is logged, passed to ``on_error``, and tried again after a p
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -21,7 +20,7 @@ import msgspec
 from memkit._background import BackgroundTask
 from memkit._time import new_id
 from memkit.errors import ConflictError, SummarizerError, ValidationError
-from memkit.layers._cas import ATTEMPTS
+from memkit.layers._cas import ATTEMPTS, backoff
 from memkit.layers.shortterm._messages import Message, MessageInput, check_tool_order, parse_messages
 from memkit.layers.shortterm._render import (
     AnthropicMessages,
@@ -156,7 +155,7 @@ class ShortTermSession:
             await self._load()
             # Lost to another writer: a random, growing pause, or a busy writer in another process that reads
             # its state from cache wins every race against one that must reload first.
-            await anyio.sleep(random.uniform(0, 0.0005 * 2 ** min(attempt, 8)))
+            await backoff(attempt)
         raise ConflictError(
             f"the short-term session {self._label} kept changing under concurrent writers; nothing was changed"
         )
