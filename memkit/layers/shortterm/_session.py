@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import msgspec
 
 from memkit._background import BackgroundTask
@@ -39,6 +40,7 @@ from memkit.layers.shortterm._state import (
     encode_state,
     plan_fold,
 )
+from memkit.tokens import Tokenizer
 
 if TYPE_CHECKING:
     from memkit.layers.shortterm._layer import ShortTermMemory
@@ -49,6 +51,16 @@ log = logging.getLogger("memkit")
 
 _FIRST_PAUSE_S = 1.0
 _LONGEST_PAUSE_S = 300.0
+
+
+_LARGE_CHARS = 64 * 1024
+
+
+async def _count(message: Message, tokenizer: Tokenizer) -> int:
+    """A message's tokens; a large one counted in a worker thread (a megabyte takes a fifth of a second)."""
+    if len(message.content) + sum(len(c.arguments) for c in message.tool_calls) < _LARGE_CHARS:
+        return message_tokens(message, tokenizer)
+    return await anyio.to_thread.run_sync(message_tokens, message, tokenizer)
 
 
 class _Moved(Exception):
@@ -82,7 +94,7 @@ class ShortTermSession:
         if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
             raise ValidationError(f"add_many takes a list of messages, got {type(messages).__name__}")
         parsed = [m for given in messages for m in parse_messages(given, config.max_message_chars)]
-        counted = [msgspec.structs.replace(m, tokens=message_tokens(m, tokenizer)) for m in parsed]
+        counted = [msgspec.structs.replace(m, tokens=await _count(m, tokenizer)) for m in parsed]
 
         def append(state: SessionState) -> SessionState:
             check_tool_order(state.messages, counted)  # against what is stored now, so nothing is half-written
