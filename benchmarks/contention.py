@@ -38,7 +38,8 @@ import numpy as np
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from ._report import machine_info, print_table, write_json
-from .ingest import BATCH, LookupEmbedder, backend_urls, corpus, parse_sizes
+from ._servers import backend_urls
+from .ingest import BATCH, LookupEmbedder, corpus, parse_sizes
 
 WARM_UP = 20
 TARGET_RATIO = 3.0
@@ -164,7 +165,7 @@ async def amain(args: argparse.Namespace) -> None:
     rows: list[dict[str, Any]] = []
     exits: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        urls = backend_urls(wanted, stack, Path(tmp))
+        urls = backend_urls(wanted, stack, Path(tmp), name="contention", redis_modules=True)
         urls["sqlite"] = f"sqlite:///{Path(tmp) / 'contention.db'}"
         total = len(wanted) * (args.size + WARM_UP + 2 * args.stores)
         with tqdm(total=total, desc="contention benchmark", unit="memory") as progress:

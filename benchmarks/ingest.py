@@ -24,7 +24,6 @@ import argparse
 import resource
 import tempfile
 import time
-import uuid
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
@@ -35,6 +34,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ._report import print_table, write_json
+from ._servers import backend_urls
 
 DIM = 384
 USERS = 100
@@ -141,19 +141,6 @@ async def recall_overhead(mem: Any, items: list[tuple[str, str]], vectors: dict[
             "api_over_kernel": api_ms / kernel_ms, "store_many_floor_per_s": BATCH / floor_s}  # fmt: skip
 
 
-def backend_urls(wanted: list[str], stack: ExitStack, tmp: Path) -> dict[str, str]:
-    urls = {"memory": "memory://", "sqlite": f"sqlite:///{tmp / 'ingest.db'}"}
-    if {"redis", "postgres"} & set(wanted):
-        from memkit.testing.servers import postgres_server, redis_server
-
-        if "redis" in wanted:
-            urls["redis"] = stack.enter_context(redis_server(tmp / "redis", modules=True))
-        if "postgres" in wanted:
-            postgres = stack.enter_context(postgres_server(tmp / "pg"))
-            urls["postgres"] = postgres + ("&" if "?" in postgres else "?") + "schema=i_" + uuid.uuid4().hex[:8]
-    return urls
-
-
 def parse_sizes(text: str) -> list[int]:
     return [int(float(s[:-1]) * 1000) if s.lower().endswith("k") else int(s) for s in text.split(",")]
 
@@ -164,7 +151,7 @@ async def amain(args: argparse.Namespace) -> None:
     rows: list[dict[str, Any]] = []
     overheads: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        urls = backend_urls(wanted, stack, Path(tmp))
+        urls = backend_urls(wanted, stack, Path(tmp), name="ingest", redis_modules=True)
         total = sum(n + TIMED for n in sizes) * len(wanted)
         with tqdm(total=total, desc="ingest benchmark", unit="memory") as progress:
             for name in wanted:

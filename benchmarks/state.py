@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
-import uuid
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ._report import print_table, write_json
+from ._servers import backend_urls
 
 CALLS = 2_000
 
@@ -132,26 +132,13 @@ async def single_flight(mem: Any) -> int:
     return runs
 
 
-def backend_urls(wanted: list[str], stack: ExitStack, tmp: Path) -> dict[str, str]:
-    urls = {"memory": "memory://", "sqlite": f"sqlite:///{tmp / 'state.db'}"}
-    if {"redis", "postgres"} & set(wanted):
-        from memkit.testing.servers import postgres_server, redis_server
-
-        if "redis" in wanted:
-            urls["redis"] = stack.enter_context(redis_server(tmp / "redis", modules=False))
-        if "postgres" in wanted:
-            postgres = stack.enter_context(postgres_server(tmp / "pg"))
-            urls["postgres"] = postgres + ("&" if "?" in postgres else "?") + "schema=s_" + uuid.uuid4().hex[:8]
-    return urls
-
-
 async def amain(args: argparse.Namespace) -> None:
     wanted = args.backends.split(",")
     rows: list[dict[str, Any]] = []
     checkpoints: list[dict[str, Any]] = []
     state = await agent_state()
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        urls = backend_urls(wanted, stack, Path(tmp))
+        urls = backend_urls(wanted, stack, Path(tmp), name="state", redis_modules=False)
         with tqdm(total=(CALLS + 4) * len(wanted), desc="state benchmark", unit="step") as progress:
             for name in wanted:
                 checkpoints += [
