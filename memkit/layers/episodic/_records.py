@@ -88,7 +88,9 @@ class EpisodicConfig(msgspec.Struct, frozen=True, kw_only=True):
     collection: str = "episodic"
     keep_last: int | None = None
     """Retention: the most episodes kept per user and agent (sessions counted together); recording one more
-    deletes the oldest (by ``ended_at``). None keeps them all."""
+    deletes the oldest (by ``ended_at``). None keeps them all. Below the limit a record pays one ``count``;
+    at it, a newest-first scan of ``keep_last`` records (measured at 1,000: ~3 ms on memory://, ~5 ms on
+    sqlite://, against 0.15 and 1 ms without retention)."""
     ttl: timedelta | None = None
     """Retention: an episode expires this long after it ended (never found again; ``sweep_expired`` deletes)."""
     weights: Weights = msgspec.field(
