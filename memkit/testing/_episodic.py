@@ -13,6 +13,7 @@ from memkit._time import utcnow
 from memkit.backend import Backend
 from memkit.embedders import HashingEmbedder
 from memkit.errors import ConfigurationError, NotFoundError, ScopeError, ValidationError
+from memkit.layers._base import Layer, missing_capabilities
 from memkit.layers.episodic import Action, Episode, EpisodicConfig, EpisodicMemory, Outcome
 
 __all__ = ["EpisodicConformance"]
@@ -36,6 +37,7 @@ class EpisodicConformance:
 
     async def test_record_get_forget(self, backend: Backend) -> None:
         ep = await _layer(backend)
+        assert isinstance(ep, Layer) and missing_capabilities(ep.needs, backend.capabilities) == []
         given = _episode("refund a duplicate card payment", outcome="partial", tags=["billing"], feedback="slow",
                          lessons=["ask for the last four digits first"], metadata={"ticket": 7},
                          actions=[Action(tool="refund", arguments={"amount": 12.5}, ok=False,

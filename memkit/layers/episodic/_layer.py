@@ -20,7 +20,7 @@ from memkit.errors import NotFoundError, ValidationError
 from memkit.layers.episodic._codec import decode, importance_of, index_text, owner_of, to_hit, to_record
 from memkit.layers.episodic._embedding import claim_collection, embed_texts
 from memkit.layers.episodic._lessons import heuristic_lessons, model_lessons
-from memkit.layers.episodic._records import Episode, EpisodeHit, EpisodePage, EpisodicConfig
+from memkit.layers.episodic._records import Episode, EpisodeHit, EpisodePage, EpisodicConfig, Outcome
 from memkit.layers.episodic._render import render_lessons
 from memkit.layers.episodic._retention import trim
 from memkit.layers.episodic._validate import check_episode, check_outcomes, check_situation, check_tags
@@ -181,9 +181,10 @@ class EpisodicMemory:
         total = 0
         while True:
             page = await self.backend.scan(self._collection, scope, limit=_MAX_LIST_LIMIT, all_scopes=all_scopes)
-            if not page.records:
+            deleted = await self.backend.delete(self._collection, [r.id for r in page.records], scope)
+            if not deleted:  # nothing left, or nothing this scope may delete: never loop on it
                 return total
-            total += await self.backend.delete(self._collection, [r.id for r in page.records], scope)
+            total += deleted
 
     async def sweep_expired(self) -> int:
         """Delete episodes past their ``ttl`` now (they are never found, swept or not)."""
@@ -214,8 +215,8 @@ class EpisodicMemory:
         user_id: str | None = None,
         agent_id: str | None = None,
         session_id: str | None = None,
-        outcome: Any = None,
-        tags: Any = None,
+        outcome: Outcome | Sequence[Outcome] | None = None,
+        tags: str | Sequence[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
         newest_first: bool = True,
@@ -237,8 +238,8 @@ class EpisodicMemory:
         situation: str,
         *,
         k: int | None = None,
-        outcome: Any = None,
-        tags: Any = None,
+        outcome: Outcome | Sequence[Outcome] | None = None,
+        tags: str | Sequence[str] | None = None,
         user_id: str | None = None,
         agent_id: str | None = None,
         session_id: str | None = None,
@@ -274,8 +275,8 @@ class EpisodicMemory:
         k: int | None = None,
         max_tokens: int = 400,
         tokenizer: Tokenizer | None = None,
-        outcome: Any = None,
-        tags: Any = None,
+        outcome: Outcome | Sequence[Outcome] | None = None,
+        tags: str | Sequence[str] | None = None,
         user_id: str | None = None,
         agent_id: str | None = None,
         session_id: str | None = None,
