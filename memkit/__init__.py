@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from memkit.backend import Scope, Weights
     from memkit.layers._turns import Turn
     from memkit.layers.checkpoints import AgentState, CheckpointConfig, CheckpointInfo, Checkpoints
+    from memkit.layers.episodic import Action, Episode, EpisodeHit, EpisodicConfig, EpisodicMemory
     from memkit.layers.longterm import (
         KINDS,
         LongTermConfig,
@@ -101,6 +102,7 @@ _LAZY = {
         "memkit.layers.shortterm",
     ),
     **dict.fromkeys(("TaskState", "WorkingItem", "WorkingMemory"), "memkit.layers.working"),
+    **dict.fromkeys(("Action", "Episode", "EpisodeHit", "EpisodicConfig", "EpisodicMemory"), "memkit.layers.episodic"),
     **dict.fromkeys(("AgentState", "CheckpointConfig", "CheckpointInfo", "Checkpoints"), "memkit.layers.checkpoints"),
     **dict.fromkeys(("CacheStats", "CachedMCPSession", "ToolCache", "ToolCacheConfig"), "memkit.layers.toolcache"),
     **dict.fromkeys(("EstimateTokenizer", "TiktokenTokenizer", "Tokenizer"), "memkit.tokens"),
@@ -183,4 +185,9 @@ __all__ = [
     "CheckpointConfig",
     "CheckpointInfo",
     "Checkpoints",
+    "Action",
+    "Episode",
+    "EpisodeHit",
+    "EpisodicConfig",
+    "EpisodicMemory",
 ]

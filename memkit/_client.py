@@ -26,11 +26,13 @@ from memkit.embedders import Embedder, resolve_embedder
 from memkit.errors import ConfigurationError, NotOpenError, ValidationError
 from memkit.layers._base import Layer, missing_capabilities
 from memkit.layers.checkpoints import CheckpointConfig, Checkpoints
+from memkit.layers.episodic import EpisodicConfig, EpisodicMemory
 from memkit.layers.longterm import LongTermConfig, LongTermMemory
 from memkit.layers.longterm._access import AccessTracker
 from memkit.layers.shortterm import ShortTermConfig, ShortTermMemory
 from memkit.layers.toolcache import ToolCache, ToolCacheConfig
 from memkit.layers.working import WorkingMemory
+from memkit.llm._protocol import LLM
 
 __all__ = ["DEFAULT_URL", "Memkit"]
 
@@ -38,7 +40,7 @@ log = logging.getLogger("memkit")
 
 DEFAULT_URL = "sqlite:///memkit.db"
 EmbedderChoice = Embedder | Literal["auto", "local", "hashing"]
-LAYERS = ("long_term", "short_term", "working", "tool_cache", "checkpoints")
+LAYERS = ("long_term", "short_term", "working", "episodic", "tool_cache", "checkpoints")
 _RELEASE_S = 0.25
 """The least time each backend gets to release its connections when close_timeout has run out."""
 
@@ -61,7 +63,9 @@ class Memkit:
     Or, where start-up and shut-down are separate hooks: ``mem = Memkit(...)``, ``await mem.open()``,
     later ``await mem.aclose()``. The URL defaults to ``$MEMKIT_URL`` or ``sqlite:///memkit.db``;
     ``layer_urls={"long_term": ...}`` gives a layer storage of its own. ``short_term=ShortTermConfig(...)``
-    sets the sessions' token budget, summariser and tokenizer. Leaving waits at most
+    sets the sessions' token budget, summariser and tokenizer. ``llm=`` (any ``memkit.llm.LLM``, which the
+    caller opens and closes) lets the layers that can use a model do so (episodic lessons); without one
+    everything runs offline. Leaving waits at most
     ``close_timeout`` seconds for pending access statistics, then drops them with a warning.
     """
 
@@ -74,6 +78,8 @@ class Memkit:
         short_term: ShortTermConfig | None = None,
         tool_cache: ToolCacheConfig | None = None,
         checkpoints: CheckpointConfig | None = None,
+        episodic: EpisodicConfig | None = None,
+        llm: LLM | None = None,
         layer_urls: Mapping[str, str | StorageURL] | None = None,
         close_timeout: float = 5.0,
     ) -> None:
@@ -91,8 +97,12 @@ class Memkit:
         self._working = WorkingMemory(self._backends[urls["working"]], lambda: self._short_term.tokenizer)
         self._tool_cache = ToolCache(self._backends[urls["tool_cache"]], tool_cache)
         self._checkpoints = Checkpoints(self._backends[urls["checkpoints"]], checkpoints)
+        if llm is not None and not isinstance(llm, LLM):
+            raise ValidationError(f"llm must be a memkit.llm.LLM (e.g. OpenAIChat) or None, got {type(llm).__name__}")
+        self.llm = llm
+        self._episodic = EpisodicMemory(self._backends[urls["episodic"]], self.embedder, episodic, llm=llm)
         self._layers: list[Layer] = [
-            self._long_term, self._short_term, self._working, self._tool_cache, self._checkpoints,
+            self._long_term, self._short_term, self._working, self._episodic, self._tool_cache, self._checkpoints,
         ]  # fmt: skip
         self._flusher: BackgroundTask | None = None
         self._unserved: dict[str, ConfigurationError] = {}
@@ -123,6 +133,11 @@ class Memkit:
     def tool_cache(self) -> ToolCache:
         self._require_open("tool_cache")
         return self._tool_cache
+
+    @property
+    def episodic(self) -> EpisodicMemory:
+        self._require_open("episodic")
+        return self._episodic
 
     @property
     def checkpoints(self) -> Checkpoints:

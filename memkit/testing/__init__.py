@@ -15,6 +15,7 @@ Tests that need a capability the backend does not declare are skipped.
 Needs pytest; runs under anyio's pytest plugin (shipped with anyio).
 """
 
+from memkit.testing._episodic import EpisodicConformance
 from memkit.testing._helpers import make_record
 from memkit.testing._kv import KeyValueConformance
 from memkit.testing._kv_layers import KeyValueLayersConformance
@@ -23,6 +24,7 @@ from memkit.testing._records import BackendConformance
 
 __all__ = [
     "BackendConformance",
+    "EpisodicConformance",
     "KeyValueConformance",
     "KeyValueLayersConformance",
     "LongTermConformance",

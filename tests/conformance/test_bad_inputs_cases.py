@@ -28,8 +28,10 @@ from memkit import (
     Weights,
 )
 from memkit.embedders import HashingEmbedder
+from memkit.layers.checkpoints import CheckpointConfig
 from memkit.layers.longterm import NewMemory
 from memkit.layers.shortterm import ShortTermConfig
+from memkit.layers.toolcache import ToolCacheConfig
 
 ADA, MALLORY = "ada", "mallory"
 OK = None
@@ -295,7 +297,10 @@ CLIENT_CASES = [
            HashingEmbedder),
     *cases("Memkit", "long_term", ValidationError, "x", {}, {"collection": "x"}, 5, LongTermConfig, Weights()),
     *cases("Memkit", "short_term", ValidationError, "x", {}, {"max_tokens": 500}, 5, ShortTermConfig),
-    *cases("Memkit", "layer_urls", ConfigurationError, "long_term", ["long_term"], 5, {"episodic": "memory://"},
+    *cases("Memkit", "tool_cache", ValidationError, "x", {}, 5, ToolCacheConfig),
+    *cases("Memkit", "checkpoints", ValidationError, "x", {}, 5, CheckpointConfig),
+    *cases("Memkit", "llm", ValidationError, "gpt-4o", {}, 5),
+    *cases("Memkit", "layer_urls", ConfigurationError, "long_term", ["long_term"], 5, {"graph": "memory://"},
            {1: "memory://", "x": "memory://"}),
     *cases("Memkit", "layer_urls", InvalidURLError, {"long_term": 5}, {"long_term": ""}, {"long_term": b"x"}),
     *cases("Memkit", "layer_urls", UnknownSchemeError, {"long_term": "nope://x"}),
