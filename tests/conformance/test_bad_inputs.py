@@ -17,9 +17,9 @@ import pytest
 from memkit import LongTermConfig, Memkit, MemkitError, StorageURL, Turn, Weights, open_backend
 from memkit.backend import Scope
 from memkit.embedders import HashingEmbedder
+from memkit.layers._embedding import META_NAMESPACE
 from memkit.layers._turns import THREAD_NAMESPACE, thread_scope
 from memkit.layers.longterm import Memory, MemoryPage, NewMemory, RecallHit, StoreResult
-from memkit.layers.longterm._layer import META_NAMESPACE
 from tests.conformance.test_bad_inputs_cases import ADA, CASES, MALLORY, WRITES, Case, Ref
 
 pytestmark = pytest.mark.anyio

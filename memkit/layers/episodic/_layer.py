@@ -17,8 +17,8 @@ from memkit._validation import check_flag, check_int, check_number, check_text, 
 from memkit.backend import Backend, FilterValue, Query, Scope, Weights
 from memkit.embedders import Embedder
 from memkit.errors import NotFoundError, ValidationError
+from memkit.layers._embedding import claim_collection, embed_texts
 from memkit.layers.episodic._codec import decode, importance_of, index_text, owner_of, to_hit, to_record
-from memkit.layers.episodic._embedding import claim_collection, embed_texts
 from memkit.layers.episodic._lessons import heuristic_lessons, model_lessons
 from memkit.layers.episodic._records import Episode, EpisodeHit, EpisodePage, EpisodicConfig, Outcome
 from memkit.layers.episodic._render import render_lessons

@@ -7,7 +7,7 @@ import math
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -30,17 +30,14 @@ from memkit._validation import (
     require_scope,
 )
 from memkit.backend import Backend, FilterValue, Query, Record, Scope, Weights
-from memkit.embedders import Embedder, as_unit_vectors
+from memkit.embedders import Embedder
 from memkit.errors import (
-    ConfigurationError,
-    EmbeddingError,
-    InvalidVectorError,
-    MemkitError,
     NotFoundError,
     ScopeError,
     ValidationError,
 )
 from memkit.layers._cas import update_record
+from memkit.layers._embedding import claim_collection, embed_texts
 from memkit.layers._keys import scope_key
 from memkit.layers._turns import Turn, check_turn, turn_content
 from memkit.layers.longterm._access import AccessTracker
@@ -53,14 +50,12 @@ from memkit.layers.longterm._writes import NewMemory, plan_memories, store_batch
 
 __all__ = ["LongTermMemory"]
 
-META_NAMESPACE: Final = "memkit.collections"
+
 """Per collection: the embedder whose vectors it holds (model id and dimension)."""
 _MAX_LIST_LIMIT = 1_000
 _MAX_CURSOR_CHARS = 16_384
 """Longer than any cursor a backend makes (base64 of a timestamp and an id of at most 512 characters, each
 escaped as ``\\uXXXX`` at worst: ~4,100); the backend decodes and checks the rest."""
-_encode_meta = msgspec.json.Encoder().encode
-_decode_meta = msgspec.json.Decoder(dict[str, Any]).decode
 
 
 def _named_scope(user_id: str | None, agent_id: str | None, session_id: str | None, all_scopes: object) -> Scope:
@@ -101,18 +96,7 @@ class LongTermMemory:
     # -- lifecycle ------------------------------------------------------------------------------------
     async def setup(self) -> None:
         """Create the collection and check it holds vectors of this embedder (never a silent mix)."""
-        dim, model_id = _identity(self.embedder)
-        wanted: dict[str, Any] = {"model_id": model_id, "dim": dim}
-        key = self._collection
-        if not await self.backend.kv_replace(META_NAMESPACE, key, _encode_meta(wanted), expected=None):
-            stored = _decode_meta(await self.backend.kv_get(META_NAMESPACE, key) or b"{}")
-            if stored and stored != wanted:
-                raise ConfigurationError(
-                    f"collection {key!r} in {self.backend.url} holds vectors of embedder {stored.get('model_id')!r} "
-                    f"(dim {stored.get('dim')}); this client embeds with {wanted['model_id']!r} (dim {wanted['dim']}). "
-                    "Use the same embedder, or another collection: LongTermConfig(collection=...)"
-                )
-        await self.backend.ensure_collection(key, dim)
+        await claim_collection(self.backend, self.embedder, self._collection, "LongTermConfig")
 
     async def aclose(self) -> None:
         return None
@@ -432,37 +416,4 @@ class LongTermMemory:
 
     # -- helpers ----------------------------------------------------------------------------------------
     async def _embed(self, texts: builtins.list[str]) -> Any:
-        """Unit vectors for ``texts``; whatever the embedder does wrong is an ``EmbeddingError`` naming it."""
-        model = getattr(self.embedder, "model_id", type(self.embedder).__name__)
-        try:
-            matrix = await self.embedder.embed(texts)
-        except Exception as exc:
-            if isinstance(exc, EmbeddingError):
-                raise
-            raise EmbeddingError(f"embedder {model!r} failed: {type(exc).__name__}: {exc}") from exc
-        try:
-            vectors = as_unit_vectors(matrix, int(self.embedder.dim))
-        except InvalidVectorError:
-            raise
-        except (TypeError, ValueError) as exc:  # strings, ragged rows...
-            raise EmbeddingError(f"embedder {model!r} returned something that is not vectors: {exc}") from exc
-        if vectors.shape[0] != len(texts):
-            raise EmbeddingError(f"embedder {model!r} returned {vectors.shape[0]} vectors for {len(texts)} texts")
-        return vectors
-
-
-def _identity(embedder: Embedder) -> tuple[int, str]:
-    """The embedder's dimension and model id, checked before the collection records them."""
-    try:
-        dim, model_id = embedder.dim, embedder.model_id
-    except MemkitError:
-        raise
-    except Exception as exc:
-        raise EmbeddingError(f"embedder {type(embedder).__name__} cannot tell its dim or model_id: {exc}") from exc
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-        raise EmbeddingError(f"embedder {model_id!r}: dim must be a positive integer, got {dim!r}")
-    try:
-        check_text(model_id, "model_id")
-    except ValidationError as exc:
-        raise EmbeddingError(f"embedder {type(embedder).__name__}: {exc}") from None
-    return dim, model_id
+        return await embed_texts(self.embedder, texts)

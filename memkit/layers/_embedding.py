@@ -1,22 +1,23 @@
-"""Embedding for a layer: the collection's embedder recorded once and checked, and vectors checked.
-
-Long-term memory does the same inside its class (``LongTermMemory.setup`` / ``_embed``); these are the
-same rules as functions, in the same namespace and shape, so one collection is judged alike by both layers.
-"""
+"""Embedding for the layers that store vectors (long-term, episodic): the collection's embedder recorded
+once and checked, and what an embedder returns checked. One set of rules, so a collection is judged alike by
+every layer."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
+from memkit._validation import check_text
 from memkit.backend import Backend
 from memkit.embedders import Embedder, as_unit_vectors
-from memkit.errors import ConfigurationError, EmbeddingError, InvalidVectorError
-from memkit.layers.longterm._layer import META_NAMESPACE, _identity
+from memkit.errors import ConfigurationError, EmbeddingError, InvalidVectorError, MemkitError, ValidationError
 
-__all__ = ["claim_collection", "embed_texts"]
+__all__ = ["META_NAMESPACE", "claim_collection", "embed_texts", "embedder_identity"]
+
+META_NAMESPACE: Final = "memkit.collections"
+"""Key-value namespace of each collection's embedder (model id and dimension)."""
 
 _encode_meta = msgspec.json.Encoder().encode
 _decode_meta = msgspec.json.Decoder(dict[str, Any]).decode
@@ -25,7 +26,7 @@ _decode_meta = msgspec.json.Decoder(dict[str, Any]).decode
 async def claim_collection(backend: Backend, embedder: Embedder, collection: str, config_name: str) -> None:
     """Create ``collection`` for ``embedder``'s vectors, or check it holds them already: vectors of two
     models in one collection compare as noise, so another embedder is refused, never mixed in."""
-    dim, model_id = _identity(embedder)
+    dim, model_id = embedder_identity(embedder)
     wanted: dict[str, Any] = {"model_id": model_id, "dim": dim}
     if not await backend.kv_replace(META_NAMESPACE, collection, _encode_meta(wanted), expected=None):
         stored = _decode_meta(await backend.kv_get(META_NAMESPACE, collection) or b"{}")
@@ -56,3 +57,20 @@ async def embed_texts(embedder: Embedder, texts: Sequence[str]) -> Any:
     if vectors.shape[0] != len(texts):
         raise EmbeddingError(f"embedder {model!r} returned {vectors.shape[0]} vectors for {len(texts)} texts")
     return vectors
+
+
+def embedder_identity(embedder: Embedder) -> tuple[int, str]:
+    """The embedder's dimension and model id, checked before the collection records them."""
+    try:
+        dim, model_id = embedder.dim, embedder.model_id
+    except MemkitError:
+        raise
+    except Exception as exc:
+        raise EmbeddingError(f"embedder {type(embedder).__name__} cannot tell its dim or model_id: {exc}") from exc
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+        raise EmbeddingError(f"embedder {model_id!r}: dim must be a positive integer, got {dim!r}")
+    try:
+        check_text(model_id, "model_id")
+    except ValidationError as exc:
+        raise EmbeddingError(f"embedder {type(embedder).__name__}: {exc}") from None
+    return dim, model_id
