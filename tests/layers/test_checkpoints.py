@@ -337,3 +337,13 @@ async def _open(url: str) -> Any:
     backend = open_backend(url)
     await backend.open()
     return backend
+
+
+async def test_a_damaged_index_is_corrupt_data_not_a_value_error(cp: Checkpoints) -> None:
+    await cp.save("t", {"turn": 0})
+    index_key = next(k for k, _ in (await cp.backend.kv_scan(NAMESPACE, limit=100)).items if k.endswith("||index"))
+    index = msgspec.msgpack.decode(await cp.backend.kv_get(NAMESPACE, index_key) or b"")
+    index["entries"][0]["created_at"] = 1e300  # decodes, but is no time
+    await cp.backend.kv_set(NAMESPACE, index_key, msgspec.msgpack.encode(index))
+    with pytest.raises(CorruptDataError, match="damaged"):
+        await cp.list("t")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -47,6 +48,10 @@ _INDEX_VERSION = 1
 _OFF_LOOP_BYTES = 1 << 20
 """Sealing or opening a larger blob (hashing, compression, encryption: all release the GIL) runs in a thread."""
 _MISSING: Any = object()
+
+
+_LAST_MOMENT = 253_402_300_799.0
+"""9999-12-31T23:59:59Z: later times cannot be a datetime."""
 
 
 class _Entry(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -355,4 +360,8 @@ def _read_index(raw: bytes | None, thread: _Thread) -> _Index:
     if index.version > _INDEX_VERSION:
         raise CorruptDataError(f"the checkpoint index of thread {thread.label} was written by a newer memkit "
                                f"(index format {index.version}); upgrade memkit")  # fmt: skip
+    for entry in index.entries:  # decodable but damaged (the index has no checksum): never a raw ValueError later
+        if not (math.isfinite(entry.created_at) and 0 <= entry.created_at < _LAST_MOMENT and entry.size_bytes >= 0):
+            raise CorruptDataError(f"the checkpoint index of thread {thread.label} is damaged (entry {entry.id!r}); "
+                                   "nothing was changed; delete() the thread to start it again")  # fmt: skip
     return index
