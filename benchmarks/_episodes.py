@@ -6,8 +6,9 @@ A helper for the graph benchmark (which reports it beside its own figures), runn
 
 Episodes are generated (triggers of 8 Zipf-distributed words, a third of them failures with an error and a
 lesson) and recorded with ``record_many``, one batch per user. Vectors come from an embedder that looks up
-the precomputed vector of each text (``_LookupEmbedder``), so the model is not measured; each query is a
-user's own trigger, so the user's rows are scored as in real use (scope pushed down, hybrid score, top 5).
+the precomputed vector of each text (``benchmarks.ingest.LookupEmbedder``), so the model is not measured;
+each query is a user's own trigger, so the user's rows are scored as in real use (scope pushed down, hybrid
+score, top 5).
 """
 
 from __future__ import annotations
@@ -22,36 +23,15 @@ from typing import TYPE_CHECKING
 import anyio
 import numpy as np
 
+from .ingest import LookupEmbedder
+
 if TYPE_CHECKING:
     from memkit.layers.episodic import Episode
 
-DIM = 384
+DIM = 384  # the LookupEmbedder's
 USERS = 100
 QUERIES = 200
 WARMUP = 20
-
-
-class _LookupEmbedder:
-    """Test double of a model: the precomputed vector of each known text, a seeded random one otherwise."""
-
-    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
-        self._vectors = vectors
-        self._rng = np.random.default_rng(5)
-
-    @property
-    def dim(self) -> int:
-        return DIM
-
-    @property
-    def model_id(self) -> str:
-        return "lookup-384"
-
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return np.stack([self._vectors[t] if t in self._vectors else self._random() for t in texts])
-
-    def _random(self) -> np.ndarray:
-        v = self._rng.standard_normal(DIM).astype(np.float32)
-        return v / np.linalg.norm(v)
 
 
 def _episodes(n: int, seed: int = 0) -> tuple[dict[str, list[Episode]], dict[str, np.ndarray]]:
@@ -89,7 +69,7 @@ async def episodes_find_p50_ms(url: str, n: int = 10_000) -> float:
 
     by_user, lookup = _episodes(n)
     async with open_backend(url) as backend:
-        layer = EpisodicMemory(backend, _LookupEmbedder(lookup))
+        layer = EpisodicMemory(backend, LookupEmbedder(lookup))
         await layer.setup()
         for user, episodes in by_user.items():
             for start in range(0, len(episodes), 1_000):
