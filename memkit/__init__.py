@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from memkit.layers._turns import Turn
     from memkit.layers.checkpoints import AgentState, CheckpointConfig, CheckpointInfo, Checkpoints
     from memkit.layers.episodic import Action, Episode, EpisodeHit, EpisodicConfig, EpisodicMemory
+    from memkit.layers.graph import Edge, GraphConfig, GraphUpdate, KnowledgeGraph, Node, Subgraph
     from memkit.layers.longterm import (
         KINDS,
         LongTermConfig,
@@ -103,6 +104,9 @@ _LAZY = {
     ),
     **dict.fromkeys(("TaskState", "WorkingItem", "WorkingMemory"), "memkit.layers.working"),
     **dict.fromkeys(("Action", "Episode", "EpisodeHit", "EpisodicConfig", "EpisodicMemory"), "memkit.layers.episodic"),
+    **dict.fromkeys(
+        ("Edge", "GraphConfig", "GraphUpdate", "KnowledgeGraph", "Node", "Subgraph"), "memkit.layers.graph"
+    ),
     **dict.fromkeys(("AgentState", "CheckpointConfig", "CheckpointInfo", "Checkpoints"), "memkit.layers.checkpoints"),
     **dict.fromkeys(("CacheStats", "CachedMCPSession", "ToolCache", "ToolCacheConfig"), "memkit.layers.toolcache"),
     **dict.fromkeys(("EstimateTokenizer", "TiktokenTokenizer", "Tokenizer"), "memkit.tokens"),
@@ -190,4 +194,10 @@ __all__ = [
     "EpisodeHit",
     "EpisodicConfig",
     "EpisodicMemory",
+    "Edge",
+    "GraphConfig",
+    "GraphUpdate",
+    "KnowledgeGraph",
+    "Node",
+    "Subgraph",
 ]

@@ -27,6 +27,7 @@ from memkit.errors import ConfigurationError, NotOpenError, ValidationError
 from memkit.layers._base import Layer, missing_capabilities
 from memkit.layers.checkpoints import CheckpointConfig, Checkpoints
 from memkit.layers.episodic import EpisodicConfig, EpisodicMemory
+from memkit.layers.graph import GraphConfig, KnowledgeGraph
 from memkit.layers.longterm import LongTermConfig, LongTermMemory
 from memkit.layers.longterm._access import AccessTracker
 from memkit.layers.shortterm import ShortTermConfig, ShortTermMemory
@@ -40,7 +41,7 @@ log = logging.getLogger("memkit")
 
 DEFAULT_URL = "sqlite:///memkit.db"
 EmbedderChoice = Embedder | Literal["auto", "local", "hashing"]
-LAYERS = ("long_term", "short_term", "working", "episodic", "tool_cache", "checkpoints")
+LAYERS = ("long_term", "short_term", "working", "episodic", "graph", "tool_cache", "checkpoints")
 _RELEASE_S = 0.25
 """The least time each backend gets to release its connections when close_timeout has run out."""
 
@@ -64,8 +65,10 @@ class Memkit:
     later ``await mem.aclose()``. The URL defaults to ``$MEMKIT_URL`` or ``sqlite:///memkit.db``;
     ``layer_urls={"long_term": ...}`` gives a layer storage of its own. ``short_term=ShortTermConfig(...)``
     sets the sessions' token budget, summariser and tokenizer. ``llm=`` (any ``memkit.llm.LLM``, which the
-    caller opens and closes) lets the layers that can use a model do so (episodic lessons); without one
-    everything runs offline. Leaving waits at most
+    caller opens and closes) lets the layers that can use a model do so (episodic lessons, graph extraction);
+    without one everything runs offline. A layer given a config of its own (``graph=GraphConfig()``) is
+    wanted: a backend that cannot serve it fails ``open()``; any other layer fails only when used. Leaving
+    waits at most
     ``close_timeout`` seconds for pending access statistics, then drops them with a warning.
     """
 
@@ -79,6 +82,7 @@ class Memkit:
         tool_cache: ToolCacheConfig | None = None,
         checkpoints: CheckpointConfig | None = None,
         episodic: EpisodicConfig | None = None,
+        graph: GraphConfig | None = None,
         llm: LLM | None = None,
         layer_urls: Mapping[str, str | StorageURL] | None = None,
         close_timeout: float = 5.0,
@@ -101,9 +105,14 @@ class Memkit:
             raise ValidationError(f"llm must be a memkit.llm.LLM (e.g. OpenAIChat) or None, got {type(llm).__name__}")
         self.llm = llm
         self._episodic = EpisodicMemory(self._backends[urls["episodic"]], self.embedder, episodic, llm=llm)
+        self._graph = KnowledgeGraph(self._backends[urls["graph"]], graph, llm=llm)
         self._layers: list[Layer] = [
-            self._long_term, self._short_term, self._working, self._episodic, self._tool_cache, self._checkpoints,
+            self._long_term, self._short_term, self._working, self._episodic, self._graph, self._tool_cache,
+            self._checkpoints,
         ]  # fmt: skip
+        given = {"long_term": long_term, "short_term": short_term, "tool_cache": tool_cache,
+                 "checkpoints": checkpoints, "episodic": episodic, "graph": graph}  # fmt: skip
+        self._wanted = frozenset(name for name, config in given.items() if config is not None)
         self._flusher: BackgroundTask | None = None
         self._unserved: dict[str, ConfigurationError] = {}
         """Layers whose backend lacks what they need: using one raises its error."""
@@ -140,6 +149,11 @@ class Memkit:
         return self._episodic
 
     @property
+    def graph(self) -> KnowledgeGraph:
+        self._require_open("graph")
+        return self._graph
+
+    @property
     def checkpoints(self) -> Checkpoints:
         self._require_open("checkpoints")
         return self._checkpoints
@@ -167,10 +181,13 @@ class Memkit:
             for layer in self._layers:
                 missing = missing_capabilities(layer.needs, layer.backend.capabilities)
                 if missing:  # the other layers still work (plain Redis serves the key-value layers)
-                    self._unserved[layer.name] = ConfigurationError(
+                    error = ConfigurationError(
                         f"the {layer.name} layer needs {', '.join(missing)}, which {layer.backend.url} does not "
                         f"provide; give it another backend: Memkit(..., layer_urls={{{layer.name!r}: URL}})"
                     )
+                    if layer.name in self._wanted:
+                        raise error
+                    self._unserved[layer.name] = error
                     continue
                 await layer.setup()
         except BaseException:

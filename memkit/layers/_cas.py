@@ -9,7 +9,7 @@ when two writers could compute the same one from the same state (a counter): ``c
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 import anyio
@@ -17,7 +17,7 @@ import anyio
 from memkit.backend import KeyValueStore, Record, RecordStore, Scope
 from memkit.errors import ConflictError
 
-__all__ = ["ATTEMPTS", "backoff", "update_kv", "update_record"]
+__all__ = ["ATTEMPTS", "backoff", "merge_record", "update_kv", "update_record"]
 
 T = TypeVar("T")
 ATTEMPTS = 20
@@ -65,5 +65,33 @@ async def update_record(
         record, result = await change(found[0])
         if await store.replace(collection, record, expected_body=found[0].body):
             return result
+        await backoff(attempt)
+    raise ConflictError(f"record {record_id!r} kept changing under concurrent writers; nothing was changed")
+
+
+async def merge_record(
+    store: RecordStore,
+    collection: str,
+    record_id: str,
+    scope: Scope,
+    *,
+    build: Callable[[Record | None], Record | None],
+    known: Sequence[Record] | None = None,
+) -> Record | None:
+    """Create or change one record atomically: ``build(stored record, or None when there is none)`` gives the
+    record to write, or None when nothing needs to change. A first writer creates (compare-and-set against
+    "absent"), the others merge into what it wrote. ``known``: the ``get`` result, when the caller has it.
+    Returns what is stored afterwards."""
+    found = known
+    for attempt in range(ATTEMPTS):
+        if found is None:
+            found = await store.get(collection, [record_id], scope)
+        current = found[0] if found else None
+        record = build(current)
+        if record is None:
+            return current
+        if await store.replace(collection, record, expected_body=None if current is None else current.body):
+            return record
+        found = None
         await backoff(attempt)
     raise ConflictError(f"record {record_id!r} kept changing under concurrent writers; nothing was changed")

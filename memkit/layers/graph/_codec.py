@@ -1,0 +1,220 @@
+"""Nodes and edges <-> backend records: deterministic ids, normalised names, merging, validity.
+
+A node's id is a digest of (owner, normalised name), an edge's of (owner, source id, relation, target id):
+two writers creating the same entity or relation at once compute the same id, and the store's
+create-if-absent (``replace(expected_body=None)``) lets exactly one create it; the other merges into it.
+``owner`` is the exact user and agent (a query scope matches more widely: ``Scope(user_id="u")`` also
+matches ``u``'s records with an agent) and is filtered on by every scan, so graphs never mix.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from datetime import datetime
+from typing import Any, Final
+
+import msgspec
+
+from memkit._time import epoch, from_epoch
+from memkit.backend import Fields, Record, Scope
+from memkit.errors import CorruptDataError
+from memkit.layers._keys import digest_of, key_of
+from memkit.layers.graph._records import DEFAULT_TYPE, Edge, Interval, Node
+
+__all__ = [
+    "EdgeBody",
+    "NodeBody",
+    "decode_edge",
+    "decode_node",
+    "edge_id",
+    "edge_record",
+    "merge_edge",
+    "merge_node",
+    "new_edge",
+    "new_node",
+    "node_id",
+    "node_record",
+    "normal_name",
+    "normal_relation",
+    "owner_key",
+    "to_edge",
+    "to_node",
+]
+
+OWNER: Final = "owner"
+_SPACES = re.compile(r"\s+")
+_NOT_WORD = re.compile(r"[^\w]+")
+_EDGE_PUNCTUATION = "\"'`.,;:!?()[]{}<>"
+
+
+class NodeBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    name: str
+    type: str = DEFAULT_TYPE
+    aliases: list[str] = msgspec.field(default_factory=list)
+    attributes: dict[str, Any] = msgspec.field(default_factory=dict)
+    created: float = 0.0
+    updated: float = 0.0
+
+
+class EdgeBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    src: str
+    rel: str
+    dst: str
+    src_name: str
+    dst_name: str
+    history: list[tuple[float, float | None]] = msgspec.field(default_factory=list)
+    attributes: dict[str, Any] = msgspec.field(default_factory=dict)
+    provenance: list[str] = msgspec.field(default_factory=list)
+    updated: float = 0.0
+
+
+_encode = msgspec.json.Encoder().encode
+_decode_node = msgspec.json.Decoder(NodeBody).decode
+_decode_edge = msgspec.json.Decoder(EdgeBody).decode
+
+
+def normal_name(name: str) -> str:
+    """The identity of a name: Unicode-folded, case-folded, single-spaced, without surrounding quotes or stops."""
+    folded = _SPACES.sub(" ", unicodedata.normalize("NFKC", name).casefold()).strip()
+    return folded.strip(_EDGE_PUNCTUATION + " ")
+
+
+def normal_relation(relation: str) -> str:
+    """``"Works At"`` -> ``"works_at"``: case-folded words joined by underscores."""
+    return _NOT_WORD.sub("_", unicodedata.normalize("NFKC", relation).casefold()).strip("_")
+
+
+def owner_key(scope: Scope) -> str:
+    return key_of(scope.user_id, scope.agent_id)
+
+
+def node_id(owner: str, normal: str) -> str:
+    return digest_of("node", owner, normal)
+
+
+def edge_id(owner: str, src: str, relation: str, dst: str) -> str:
+    return digest_of("edge", owner, src, relation, dst)
+
+
+# -- nodes ------------------------------------------------------------------------------------------------
+def new_node(node: Node, now: float) -> NodeBody:
+    return NodeBody(name=node.name.strip(), type=node.type or DEFAULT_TYPE, aliases=_unique([], node.aliases),
+                    attributes=dict(node.attributes), created=now, updated=now)  # fmt: skip
+
+
+def merge_node(stored: NodeBody, node: Node, now: float, max_aliases: int) -> NodeBody:
+    """``stored`` with ``node``'s attributes (key by key), aliases and type (when given) merged in."""
+    aliases = _unique(stored.aliases, [node.name, *node.aliases], exclude=stored.name)[:max_aliases]
+    attributes = {**stored.attributes, **node.attributes}
+    kind = node.type or stored.type
+    if aliases == stored.aliases and attributes == stored.attributes and kind == stored.type:
+        return stored  # nothing new: no write
+    return msgspec.structs.replace(stored, aliases=aliases, attributes=attributes, type=kind, updated=now)
+
+
+def _unique(have: list[str], more: list[str], exclude: str | None = None) -> list[str]:
+    """``have`` then each of ``more`` whose normalised form is new (and not ``exclude``'s)."""
+    seen = {normal_name(n) for n in have}
+    if exclude is not None:
+        seen.add(normal_name(exclude))
+    out = list(have)
+    for name in more:
+        if (key := normal_name(name)) and key not in seen:
+            seen.add(key)
+            out.append(name.strip())
+    return out
+
+
+def node_record(owner: str, scope: Scope, record_id: str, body: NodeBody) -> Record:
+    names = tuple(sorted({normal_name(body.name), *(normal_name(a) for a in body.aliases)}))
+    fields: Fields = {OWNER: owner, "names": names, "type": body.type}
+    return Record(id=record_id, scope=scope, body=_encode(body), timestamp=body.updated, fields=fields)
+
+
+def decode_node(record: Record) -> NodeBody:
+    try:
+        return _decode_node(record.body)
+    except msgspec.DecodeError as exc:
+        raise CorruptDataError(f"graph node {record.id!r} is not a node memkit wrote ({exc})") from exc
+
+
+def to_node(record_id: str, body: NodeBody) -> Node:
+    return Node(name=body.name, type=body.type, attributes=body.attributes, aliases=body.aliases, id=record_id,
+                created_at=from_epoch(body.created), updated_at=from_epoch(body.updated))  # fmt: skip
+
+
+# -- edges ------------------------------------------------------------------------------------------------
+def new_edge(ends: tuple[str, str, str, str], edge: Edge, now: float, max_provenance: int) -> EdgeBody:
+    src, src_name, dst, dst_name = ends
+    start = epoch(edge.valid_from) if edge.valid_from is not None else now
+    end = epoch(edge.valid_to) if edge.valid_to is not None else None
+    return EdgeBody(src=src, rel=normal_relation(edge.relation), dst=dst, src_name=src_name, dst_name=dst_name,
+                    history=[(start, end)], attributes=dict(edge.attributes),
+                    provenance=_newest(list(edge.provenance), max_provenance), updated=now)  # fmt: skip
+
+
+def merge_edge(stored: EdgeBody, edge: Edge, now: float, max_provenance: int) -> EdgeBody:
+    """``stored`` asserted again: attributes and provenance merged; a relation that had ended holds again
+    from ``valid_from`` (a new interval), one that holds keeps its start."""
+    history = list(stored.history)
+    start = epoch(edge.valid_from) if edge.valid_from is not None else now
+    end = epoch(edge.valid_to) if edge.valid_to is not None else None
+    if not _holds_at(history, start):
+        history.append((start, end))
+        history.sort(key=lambda span: span[0])
+    elif end is not None:  # the caller says when it stopped holding
+        history = [(s, end if (s <= start and (e is None or start < e)) else e) for s, e in history]
+    provenance = _newest([*stored.provenance, *(p for p in edge.provenance if p not in stored.provenance)],
+                         max_provenance)  # fmt: skip
+    attributes = {**stored.attributes, **edge.attributes}
+    if history == stored.history and provenance == stored.provenance and attributes == stored.attributes:
+        return stored
+    return msgspec.structs.replace(stored, history=history, provenance=provenance, attributes=attributes,
+                                   updated=now)  # fmt: skip
+
+
+def end_edge(stored: EdgeBody, at: float) -> EdgeBody:
+    """``stored`` with the interval open at ``at`` ended there (a functional relation got a new target)."""
+    history = [(s, at if (e is None and s <= at) else e) for s, e in stored.history]
+    return stored if history == stored.history else msgspec.structs.replace(stored, history=history)
+
+
+def open_since(body: EdgeBody) -> float | None:
+    """The start of the interval that has not ended, if one has not."""
+    return next((s for s, e in reversed(body.history) if e is None), None)
+
+
+def _holds_at(history: list[tuple[float, float | None]], moment: float) -> bool:
+    return any(s <= moment and (e is None or moment < e) for s, e in history)
+
+
+def _newest(items: list[str], keep: int) -> list[str]:
+    return items[-keep:] if keep else []
+
+
+def edge_record(owner: str, scope: Scope, record_id: str, body: EdgeBody, now: float) -> Record:
+    live = any(e is None or e > now for _, e in body.history)
+    ends: tuple[str, ...] = (body.src,) if body.src == body.dst else (body.src, body.dst)
+    fields: Fields = {OWNER: owner, "src": body.src, "dst": body.dst, "ends": ends, "rel": body.rel, "live": live}
+    return Record(id=record_id, scope=scope, body=_encode(body), timestamp=body.updated, fields=fields)
+
+
+def decode_edge(record: Record) -> EdgeBody:
+    try:
+        return _decode_edge(record.body)
+    except msgspec.DecodeError as exc:
+        raise CorruptDataError(f"graph edge {record.id!r} is not an edge memkit wrote ({exc})") from exc
+
+
+def to_edge(record_id: str, body: EdgeBody) -> Edge:
+    history = [Interval(from_epoch(s), None if e is None else from_epoch(e)) for s, e in body.history]
+    latest = history[-1] if history else None
+    return Edge(source=body.src_name, relation=body.rel, target=body.dst_name, attributes=body.attributes,
+                valid_from=latest.valid_from if latest else None, valid_to=latest.valid_to if latest else None,
+                provenance=body.provenance, id=record_id, source_id=body.src, target_id=body.dst,
+                history=history, updated_at=from_epoch(body.updated))  # fmt: skip
+
+
+def holds_at(body: EdgeBody, moment: datetime | None, now: float) -> bool:
+    return _holds_at(body.history, now if moment is None else epoch(moment))

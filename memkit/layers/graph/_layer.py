@@ -1,0 +1,364 @@
+"""The knowledge graph: entities and relations of one user (or agent), merged as they are stated again."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio.lowlevel
+
+from memkit._time import now_epoch
+from memkit._validation import MAX_ID_CHARS, check_content, check_int, check_moment, check_text
+from memkit.backend import Backend, Scope
+from memkit.errors import NotFoundError, ScopeError, ValidationError
+from memkit.layers.graph._codec import (
+    OWNER,
+    decode_edge,
+    decode_node,
+    edge_id,
+    normal_name,
+    owner_key,
+    to_edge,
+    to_node,
+)
+from memkit.layers.graph._extract import Extraction, heuristic_extraction, model_extraction
+from memkit.layers.graph._records import Direction, Edge, GraphConfig, GraphUpdate, Node, Subgraph
+from memkit.layers.graph._render import render_subgraph
+from memkit.layers.graph._validate import check_direction, check_edge, check_name, check_node, check_relations
+from memkit.layers.graph._walk import WalkLimits, walk
+from memkit.layers.graph._writes import GraphWriter
+from memkit.tokens import EstimateTokenizer, Tokenizer
+
+if TYPE_CHECKING:
+    from memkit.llm import LLM
+
+__all__ = ["KnowledgeGraph"]
+
+_PAGE: Final = 1_000
+_MAX_TEXT_CHARS: Final = 100_000
+
+
+def _owner(user_id: str | None, agent_id: str | None) -> Scope:
+    """A graph belongs to one user (with or without an agent) or to one agent alone: never to "everyone"."""
+    for name, value in (("user_id", user_id), ("agent_id", agent_id)):
+        if value is not None:
+            check_text(value, name, MAX_ID_CHARS, error=ScopeError)
+    if user_id is None and agent_id is None:
+        raise ScopeError("pass user_id= or agent_id=: a graph belongs to one user or one agent")
+    return Scope(user_id=user_id, agent_id=agent_id)
+
+
+class KnowledgeGraph:
+    """Entities (``Node``) and relations (``Edge``) per user or agent, for prompts that need what is connected.
+
+    Upserts merge: a node is identified by its normalised name (or an alias), an edge by (source, relation,
+    target); stating either again merges attributes, atomically on every backend, so concurrent writers
+    lose nothing. A functional relation (``lives_in``) given a new target ends the old edge at that moment
+    (``valid_to``) instead of deleting it: walks ``as_of`` a past moment still see it. ``related()`` walks
+    k hops (out, in or both) with fan-out and size limits; ``to_context()`` renders the neighbourhood for a
+    prompt; ``ingest()`` extracts relations from text (by ``llm`` when given, else offline patterns).
+    """
+
+    name = "graph"
+    needs: frozenset[str] = frozenset({"records", "filtered_scan", "atomic_replace"})
+
+    def __init__(self, backend: Backend, config: GraphConfig | None = None, *, llm: LLM | None = None) -> None:
+        if config is not None and not isinstance(config, GraphConfig):
+            raise ValidationError(f"config must be a GraphConfig or None, got {type(config).__name__}")
+        if llm is not None and not callable(getattr(llm, "structured", None)):
+            raise ValidationError(f"llm must be a memkit.llm.LLM (with structured()), got {type(llm).__name__}")
+        self.backend = backend
+        self.config = config or GraphConfig()
+        self.llm = llm
+
+    async def setup(self) -> None:
+        await self.backend.ensure_collection(self.config.nodes_collection, None)
+        await self.backend.ensure_collection(self.config.edges_collection, None)
+
+    async def aclose(self) -> None:
+        return None  # nothing runs in the background
+
+    def _writer(self, user_id: str | None, agent_id: str | None) -> GraphWriter:
+        scope = _owner(user_id, agent_id)
+        return GraphWriter(self.backend, self.config, owner_key(scope), scope, now_epoch())
+
+    # -- writes -----------------------------------------------------------------------------------------
+    async def upsert(
+        self,
+        nodes: Sequence[Node] = (),
+        edges: Sequence[Edge] = (),
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> GraphUpdate:
+        """Merge many nodes and edges of one graph at once (a document's entities, an import): endpoints
+        that resolve to no node are created. One bad item raises before anything is written."""
+        writer = self._writer(user_id, agent_id)
+        for what, items in (("nodes", nodes), ("edges", edges)):
+            if isinstance(items, str | Node | Edge) or not isinstance(items, Sequence):
+                raise ValidationError(f"{what} must be a list")
+        if len(nodes) + len(edges) > self.config.max_batch:
+            raise ValidationError(f"upsert takes at most {self.config.max_batch:,} nodes and edges at once")
+        checked_nodes = [check_node(n, self.config, f"nodes[{i}]") for i, n in enumerate(nodes)]
+        checked_edges = [check_edge(e, self.config, f"edges[{i}]") for i, e in enumerate(edges)]
+        return await self._upsert(writer, checked_nodes, checked_edges)
+
+    async def _upsert(self, writer: GraphWriter, nodes: list[Node], edges: list[Edge]) -> GraphUpdate:
+        endpoints = [(e.source, e.source_type) for e in edges] + [(e.target, e.target_type) for e in edges]
+        stored = await writer.write_nodes(nodes, endpoints)
+        written = await writer.write_edges(edges, stored) if edges else []
+        unique = {record.id: record for record in stored.values()}
+        return GraphUpdate(nodes=[to_node(rid, decode_node(r)) for rid, r in unique.items()],
+                           edges=[to_edge(rid, body) for rid, body in written])  # fmt: skip
+
+    async def upsert_node(
+        self,
+        name: str,
+        *,
+        type: str | None = None,  # the node's field is called type
+        attributes: dict[str, Any] | None = None,
+        aliases: Sequence[str] = (),
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> Node:
+        """Create the entity ``name`` (or the one it is an alias of) or merge into it; returns it as stored."""
+        writer = self._writer(user_id, agent_id)
+        node = check_node(Node(name=name, type=type, attributes=attributes or {}, aliases=builtins.list(aliases)),
+                          self.config)  # fmt: skip
+        update = await self._upsert(writer, [node], [])
+        return update.nodes[0]
+
+    async def upsert_edge(
+        self,
+        source: str,
+        relation: str,
+        target: str,
+        *,
+        attributes: dict[str, Any] | None = None,
+        valid_from: datetime | None = None,
+        valid_to: datetime | None = None,
+        provenance: Sequence[str] = (),
+        functional: bool | None = None,
+        source_type: str | None = None,
+        target_type: str | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> Edge:
+        """State ``source -[relation]-> target`` (creating either entity if unknown); returns the edge as
+        stored, ended already if a later edge of a functional relation replaces it."""
+        writer = self._writer(user_id, agent_id)
+        edge = check_edge(Edge(source=source, relation=relation, target=target, attributes=attributes or {},
+                               valid_from=valid_from, valid_to=valid_to, provenance=builtins.list(provenance),
+                               functional=functional, source_type=source_type, target_type=target_type),
+                          self.config)  # fmt: skip
+        update = await self._upsert(writer, [], [edge])
+        return update.edges[0]
+
+    async def delete_node(self, name: str, *, user_id: str | None = None, agent_id: str | None = None) -> bool:
+        """Delete an entity and every edge to or from it; False when no node resolves from ``name``."""
+        writer = self._writer(user_id, agent_id)
+        found = (await writer.resolve([check_name(name, self.config)])).get(normal_name(name))
+        if found is None:
+            return False
+        await self._delete_edges(writer, {OWNER: writer.owner, "ends": (found.id,)})
+        return await self.backend.delete(self.config.nodes_collection, [found.id], writer.scope) > 0
+
+    async def delete_edge(
+        self, source: str, relation: str, target: str, *, user_id: str | None = None, agent_id: str | None = None
+    ) -> bool:
+        """Delete a relation and its history (to end one instead, state its replacement or pass ``valid_to``)."""
+        writer = self._writer(user_id, agent_id)
+        ends = (check_name(source, self.config, "source"), check_name(target, self.config, "target"))
+        found = await writer.resolve(ends)
+        src, dst = found.get(normal_name(ends[0])), found.get(normal_name(ends[1]))
+        if src is None or dst is None:
+            return False
+        rel = check_edge(Edge(source=source, relation=relation, target=target), self.config).relation
+        record_id = edge_id(writer.owner, src.id, rel, dst.id)
+        return await self.backend.delete(self.config.edges_collection, [record_id], writer.scope) > 0
+
+    async def forget_all(self, *, user_id: str | None = None, agent_id: str | None = None) -> int:
+        """Delete a user's (or agent's) whole graph; returns how many nodes and edges were deleted."""
+        writer = self._writer(user_id, agent_id)
+        total = await self._delete_edges(writer, {OWNER: writer.owner})
+        while True:
+            page = await self.backend.scan(self.config.nodes_collection, writer.scope, filters={OWNER: writer.owner},
+                                           limit=_PAGE)  # fmt: skip
+            deleted = await self.backend.delete(self.config.nodes_collection, [r.id for r in page.records],
+                                                writer.scope)  # fmt: skip
+            if not deleted:
+                return total
+            total += deleted
+
+    async def _delete_edges(self, writer: GraphWriter, filters: dict[str, Any]) -> int:
+        total = 0
+        while True:
+            page = await self.backend.scan(self.config.edges_collection, writer.scope, filters=filters, limit=_PAGE)
+            deleted = await self.backend.delete(self.config.edges_collection, [r.id for r in page.records],
+                                                writer.scope)  # fmt: skip
+            if not deleted:  # nothing left (or nothing this scope may delete): never loop on it
+                return total
+            total += deleted
+
+    # -- reads ------------------------------------------------------------------------------------------
+    async def resolve(self, name: str, *, user_id: str | None = None, agent_id: str | None = None) -> Node | None:
+        """The entity ``name`` names (by normalised name, else by alias), or None."""
+        writer = self._writer(user_id, agent_id)
+        check_name(name, self.config)
+        await anyio.lowlevel.checkpoint()  # in-process backends never wait: let other tasks run
+        found = (await writer.resolve([name])).get(normal_name(name))
+        return None if found is None else to_node(found.id, decode_node(found))
+
+    async def get_node(self, name: str, *, user_id: str | None = None, agent_id: str | None = None) -> Node:
+        """Like ``resolve``, but ``NotFoundError`` when nothing is called ``name``."""
+        node = await self.resolve(name, user_id=user_id, agent_id=agent_id)
+        if node is None:
+            raise NotFoundError(f"no entity called {name!r} in this graph")
+        return node
+
+    async def edges(
+        self,
+        name: str,
+        *,
+        relation: str | Sequence[str] | None = None,
+        direction: Direction = "out",
+        as_of: datetime | None = None,
+        include_ended: bool = False,
+        limit: int = 100,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> builtins.list[Edge]:
+        """The edges of one entity, most recently asserted first: those that hold now (or ``as_of``), or
+        every one ever stated with ``include_ended=True``. [] when the entity is unknown."""
+        writer = self._writer(user_id, agent_id)
+        check_name(name, self.config)
+        relations = check_relations(relation)
+        end = {"out": "src", "in": "dst", "both": "ends"}[check_direction(direction)]
+        limit = check_int(limit, "limit", 1, _PAGE)
+        moment = None if as_of is None else check_moment(as_of, "as_of")
+        found = (await writer.resolve([name])).get(normal_name(name))
+        if found is None:
+            return []
+        filters: dict[str, Any] = {OWNER: writer.owner, end: (found.id,)}
+        if relations is not None:
+            filters["rel"] = relations
+        if moment is None and not include_ended:
+            filters["live"] = True
+        kept: builtins.list[Edge] = []
+        cursor = None
+        while len(kept) < limit:
+            page = await self.backend.scan(self.config.edges_collection, writer.scope, filters=filters, limit=_PAGE,
+                                           cursor=cursor, newest_first=True)  # fmt: skip
+            for record in page.records:
+                edge = to_edge(record.id, decode_edge(record))
+                if include_ended or edge.holds_at(moment or datetime.fromtimestamp(writer.now).astimezone()):
+                    kept.append(edge)
+            if (cursor := page.next_cursor) is None:
+                break
+        return kept[:limit]
+
+    async def related(
+        self,
+        name: str,
+        *,
+        depth: int | None = None,
+        direction: Direction = "both",
+        relations: str | Sequence[str] | None = None,
+        fan_out: int | None = None,
+        max_nodes: int | None = None,
+        as_of: datetime | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> Subgraph:
+        """Everything within ``depth`` hops (default 2) of the entity ``name``: breadth first, following at most
+        ``fan_out`` edges (default 20, newest first) from each node per hop, returning at most ``max_nodes``;
+        only edges that hold now, or ``as_of`` a past moment. ``NotFoundError`` when the entity is unknown."""
+        writer = self._writer(user_id, agent_id)
+        check_name(name, self.config)
+        limits = WalkLimits(
+            depth=check_int(self.config.default_depth if depth is None else depth, "depth", 1, self.config.max_depth),
+            fan_out=check_int(self.config.default_fan_out if fan_out is None else fan_out, "fan_out", 1, 10_000),
+            max_nodes=check_int(self.config.max_nodes if max_nodes is None else max_nodes, "max_nodes", 1, 100_000),
+            direction=check_direction(direction), relations=check_relations(relations),
+            as_of=None if as_of is None else check_moment(as_of, "as_of"),
+        )  # fmt: skip
+        await anyio.lowlevel.checkpoint()
+        root = (await writer.resolve([name])).get(normal_name(name))
+        if root is None:
+            raise NotFoundError(f"no entity called {name!r} in this graph")
+        return await walk(self.backend, self.config, owner=writer.owner, scope=writer.scope, root=root, limits=limits,
+                          now=writer.now)  # fmt: skip
+
+    async def to_context(
+        self,
+        name: str,
+        *,
+        depth: int | None = None,
+        max_tokens: int = 400,
+        tokenizer: Tokenizer | None = None,
+        direction: Direction = "both",
+        relations: str | Sequence[str] | None = None,
+        fan_out: int | None = None,
+        as_of: datetime | None = None,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> str:
+        """What the graph knows around ``name``, ready for a prompt, within ``max_tokens`` (counted by
+        ``tokenizer``, default ``EstimateTokenizer``), nearest relations first. "" for an unknown entity."""
+        max_tokens = check_int(max_tokens, "max_tokens", 1, 1_000_000)
+        if tokenizer is None:
+            tokenizer = EstimateTokenizer()
+        elif not isinstance(tokenizer, Tokenizer):
+            raise ValidationError(f"tokenizer must have count(text) -> int, got {type(tokenizer).__name__}")
+        try:
+            graph = await self.related(name, depth=depth, direction=direction, relations=relations, fan_out=fan_out,
+                                       as_of=as_of, user_id=user_id, agent_id=agent_id)  # fmt: skip
+        except NotFoundError:
+            return ""
+        return render_subgraph(graph, max_tokens, tokenizer, as_of)
+
+    # -- extraction -------------------------------------------------------------------------------------
+    async def extract(self, text: str, *, speaker: str = "user") -> Extraction:
+        """The entities and relations ``text`` states (``I`` / ``my`` being ``speaker``), without storing them:
+        by the model when the graph has one (falling back to the offline patterns if it fails), else offline."""
+        text = check_content(text, _MAX_TEXT_CHARS, "text")
+        check_name(speaker, self.config, "speaker")
+        if self.llm is not None:
+            found = await model_extraction(self.llm, text, speaker, self.config)
+            if found is not None:
+                return found
+        return heuristic_extraction(text, speaker)
+
+    async def ingest(
+        self,
+        text: str,
+        *,
+        speaker: str = "user",
+        provenance: Sequence[str] = (),
+        user_id: str | None = None,
+        agent_id: str | None = None,
+    ) -> GraphUpdate:
+        """Extract what ``text`` states and merge it into the graph; every edge records ``provenance`` (the
+        ids of the memory or turn it came from). What the extraction gets wrong is skipped, not stored."""
+        writer = self._writer(user_id, agent_id)
+        found = await self.extract(text, speaker=speaker)
+        sources = [check_text(p, "provenance[...]", 512) for p in provenance]
+        nodes, edges = [], []
+        for node in found.nodes:
+            try:
+                nodes.append(check_node(node, self.config))
+            except ValidationError:  # a model's entity with an empty name, say: not worth failing the turn
+                continue
+        for edge in found.edges:
+            try:
+                edges.append(check_edge(Edge(**{**_fields(edge), "provenance": [*edge.provenance, *sources]}),
+                                        self.config))  # fmt: skip
+            except ValidationError:
+                continue
+        return await self._upsert(writer, nodes, edges)
+
+
+def _fields(edge: Edge) -> dict[str, Any]:
+    return {f: getattr(edge, f) for f in edge.__struct_fields__}

@@ -1,0 +1,198 @@
+"""Writing the graph: names resolved to nodes, nodes and edges merged atomically, functional relations ended.
+
+Every record is written by compare-and-set (``merge_record``): concurrent upserts of one node or edge, in
+this process or another, each land (their attributes merge), and the first of two creators wins the
+create-if-absent while the second merges into it. There is no multi-record transaction, so the steps are
+ordered for readers: endpoints first, then the edge, then the end of a replaced functional edge ("add new,
+then invalidate old"): a reader may briefly see both edges, never neither.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Final
+
+from memkit._concurrency import gather_bounded
+from memkit.backend import FilterValue, Record, RecordStore, Scope
+from memkit.layers._cas import merge_record
+from memkit.layers.graph._codec import (
+    OWNER,
+    EdgeBody,
+    decode_edge,
+    decode_node,
+    edge_id,
+    edge_record,
+    end_edge,
+    merge_edge,
+    merge_node,
+    new_edge,
+    new_node,
+    node_id,
+    node_record,
+    normal_name,
+    normal_relation,
+    open_since,
+)
+from memkit.layers.graph._records import Edge, GraphConfig, Node
+
+__all__ = ["GraphWriter"]
+
+_WRITES_AT_ONCE: Final = 16
+"""Records of one batch written side by side (a server backend overlaps the round trips)."""
+_ALIAS_PAGE: Final = 1_000
+
+Build = Callable[[Record | None], Record | None]
+
+
+class GraphWriter:
+    """The writes of one graph (one owner) in one call."""
+
+    def __init__(self, store: RecordStore, config: GraphConfig, owner: str, scope: Scope, now: float) -> None:
+        self.store, self.config, self.owner, self.scope, self.now = store, config, owner, scope, now
+        self.functional = frozenset(normal_relation(r) for r in config.functional)
+
+    # -- resolution -------------------------------------------------------------------------------------
+    async def resolve(self, names: Iterable[str]) -> dict[str, Record]:
+        """The stored node each normalised name resolves to: the node of that name, else the most recently
+        updated node with it as an alias. Names that resolve to nothing are absent from the result."""
+        norms = list(dict.fromkeys(normal_name(n) for n in names))
+        by_id = {node_id(self.owner, n): n for n in norms}
+        found = {by_id[r.id]: r for r in await self.store.get(self.config.nodes_collection, list(by_id), self.scope)}
+        missing = tuple(n for n in norms if n not in found)
+        if missing:
+            filters: dict[str, FilterValue] = {OWNER: self.owner, "names": missing}
+            page = await self.store.scan(self.config.nodes_collection, self.scope, filters=filters,
+                                         limit=_ALIAS_PAGE, newest_first=True)  # fmt: skip
+            for record in page.records:
+                for name in record.fields.get("names", ()):  # type: ignore[union-attr]  # a tuple we wrote
+                    if name in missing and name not in found:
+                        found[name] = record
+        return found
+
+    # -- nodes ------------------------------------------------------------------------------------------
+    async def write_nodes(
+        self, nodes: Sequence[Node], endpoints: Sequence[tuple[str, str | None]]
+    ) -> dict[str, Record]:
+        """Merge ``nodes`` (in order) and create the ``endpoints`` (name, type) no node resolves to; returns
+        the stored node record of every normalised name involved."""
+        resolved = await self.resolve([n.name for n in nodes] + [name for name, _ in endpoints])
+        merges: dict[str, list[Node]] = {}
+        target_of: dict[str, str] = {}
+        for node in nodes:
+            norm = normal_name(node.name)
+            target = resolved[norm].id if norm in resolved else node_id(self.owner, norm)
+            target_of[norm] = target
+            merges.setdefault(target, []).append(node)
+        for name, kind in endpoints:
+            norm = normal_name(name)
+            if norm not in target_of:
+                target = resolved[norm].id if norm in resolved else node_id(self.owner, norm)
+                target_of[norm] = target
+                # A node that exists keeps its type; the name changes nothing (it is already one of its names).
+                merges.setdefault(target, []).append(Node(name=name, type=None if norm in resolved else kind))
+        builds = [(target, functools.partial(self._build_node, target, given)) for target, given in merges.items()]
+        known = {r.id: r for r in resolved.values()}
+        stored = await self._merge_all(self.config.nodes_collection, builds, known)
+        return {norm: stored[target] for norm, target in target_of.items()}
+
+    def _build_node(self, target: str, given: list[Node], current: Record | None) -> Record | None:
+        if current is None:
+            body = new_node(given[0], self.now)
+            rest = given[1:]
+        else:
+            body = stored = decode_node(current)
+            rest = given
+        for node in rest:
+            body = merge_node(body, node, self.now, self.config.max_aliases)
+        if current is not None and body is stored:
+            return None
+        return node_record(self.owner, self.scope, target, body)
+
+    # -- edges ------------------------------------------------------------------------------------------
+    async def write_edges(self, edges: Sequence[Edge], nodes: dict[str, Record]) -> list[tuple[str, EdgeBody]]:
+        """Merge each edge between its resolved endpoints; returns (id, stored body) per edge, in order."""
+        merges: dict[str, list[Edge]] = {}
+        ends_of: dict[str, tuple[str, str, str, str]] = {}
+        order = []
+        for edge in edges:
+            src, dst = nodes[normal_name(edge.source)], nodes[normal_name(edge.target)]
+            target = edge_id(self.owner, src.id, edge.relation, dst.id)
+            ends_of[target] = (src.id, decode_node(src).name, dst.id, decode_node(dst).name)
+            merges.setdefault(target, []).append(edge)
+            order.append(target)
+        builds = [(t, functools.partial(self._build_edge, t, ends_of[t], given)) for t, given in merges.items()]
+        stored = await self._merge_all(self.config.edges_collection, builds, None)
+        bodies = {t: decode_edge(r) for t, r in stored.items()}
+        functional = [t for t, given in merges.items() if any(self._is_functional(e) for e in given)]
+        if functional:
+            bodies.update(await self._end_replaced([bodies[t] for t in functional]))
+        return [(t, bodies[t]) for t in order]
+
+    def _is_functional(self, edge: Edge) -> bool:
+        return edge.functional if edge.functional is not None else edge.relation in self.functional
+
+    def _build_edge(self, target: str, ends: tuple[str, str, str, str], given: list[Edge],
+                    current: Record | None) -> Record | None:  # fmt: skip
+        if current is None:
+            body = new_edge(ends, given[0], self.now, self.config.max_provenance)
+            rest = given[1:]
+        else:
+            body = stored = decode_edge(current)
+            rest = given
+        for edge in rest:
+            body = merge_edge(body, edge, self.now, self.config.max_provenance)
+        if current is not None and body is stored:
+            return None
+        return edge_record(self.owner, self.scope, target, body, self.now)
+
+    async def _end_replaced(self, written: list[EdgeBody]) -> dict[str, EdgeBody]:
+        """For each (source, functional relation) just written: every interval still open ends where the next
+        interval of another target of that relation begins (a later move ends the stay; an older fact stated
+        late ends where what followed it began). Any writer computing this over the same edges ends the same
+        ones, so concurrent writers agree."""
+        groups = {(b.src, b.rel) for b in written}
+        filters: dict[str, FilterValue] = {OWNER: self.owner, "src": tuple(sorted({s for s, _ in groups})),
+                                           "rel": tuple(sorted({r for _, r in groups}))}  # fmt: skip
+        members: dict[tuple[str, str], list[tuple[str, EdgeBody]]] = {}
+        cursor = None
+        while True:
+            page = await self.store.scan(self.config.edges_collection, self.scope, filters=filters, limit=_ALIAS_PAGE,
+                                         cursor=cursor)  # fmt: skip
+            for record in page.records:
+                body = decode_edge(record)
+                if (body.src, body.rel) in groups:
+                    members.setdefault((body.src, body.rel), []).append((record.id, body))
+            if (cursor := page.next_cursor) is None:
+                break
+        builds: list[tuple[str, Build]] = []
+        for edges in members.values():
+            for rid, body in edges:
+                if (start := open_since(body)) is None:
+                    continue
+                later = [s for other, b in edges if other != rid for s, _ in b.history if s > start]
+                if later:
+                    builds.append((rid, functools.partial(self._build_end, min(later))))
+        ended = await self._merge_all(self.config.edges_collection, builds, None)
+        return {rid: decode_edge(r) for rid, r in ended.items()}
+
+    def _build_end(self, at: float, current: Record | None) -> Record | None:
+        if current is None:
+            return None  # deleted meanwhile: nothing to end
+        stored = decode_edge(current)
+        body = end_edge(stored, at)
+        return None if body is stored else edge_record(self.owner, self.scope, current.id, body, self.now)
+
+    # -- shared -----------------------------------------------------------------------------------------
+    async def _merge_all(
+        self, collection: str, builds: Sequence[tuple[str, Build]], known: dict[str, Record] | None
+    ) -> dict[str, Record]:
+        """Run every build by compare-and-set (one ``get`` for all first); the stored record of each id."""
+        if not builds:
+            return {}
+        if known is None:  # else the caller read them: an id it did not find is absent (a first guess only)
+            known = {r.id: r for r in await self.store.get(collection, [t for t, _ in builds], self.scope)}
+        calls = [functools.partial(merge_record, self.store, collection, t, self.scope, build=build,
+                                   known=[known[t]] if t in known else []) for t, build in builds]  # fmt: skip
+        results = await gather_bounded(calls, _WRITES_AT_ONCE)
+        return {t: r for (t, _), r in zip(builds, results, strict=True) if r is not None}
