@@ -24,7 +24,7 @@ from memkit._validation import check_number
 from memkit.backend import Backend
 from memkit.embedders import Embedder, resolve_embedder
 from memkit.errors import ConfigurationError, NotOpenError, ValidationError
-from memkit.layers._base import Layer, missing_capabilities
+from memkit.layers._base import Layer, describe_missing, missing_capabilities
 from memkit.layers.checkpoints import CheckpointConfig, Checkpoints
 from memkit.layers.episodic import EpisodicConfig, EpisodicMemory
 from memkit.layers.graph import GraphConfig, KnowledgeGraph
@@ -182,8 +182,8 @@ class Memkit:
                 missing = missing_capabilities(layer.needs, layer.backend.capabilities)
                 if missing:  # the other layers still work (plain Redis serves the key-value layers)
                     error = ConfigurationError(
-                        f"the {layer.name} layer needs {', '.join(missing)}, which {layer.backend.url} does not "
-                        f"provide; give it another backend: Memkit(..., layer_urls={{{layer.name!r}: URL}})"
+                        f"the {layer.name} layer needs {describe_missing(missing)}, which {layer.backend.url} does "
+                        f"not provide; give the layer a URL that does: Memkit(..., layer_urls={{{layer.name!r}: URL}})"
                     )
                     if layer.name in self._wanted:
                         raise error

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 from memkit.backend import Backend, Capabilities
 
-__all__ = ["Layer", "missing_capabilities"]
+__all__ = ["Layer", "describe_missing", "missing_capabilities"]
 
 
 @runtime_checkable
@@ -30,3 +30,20 @@ class Layer(Protocol):
 
 def missing_capabilities(needs: frozenset[str], capabilities: Capabilities) -> list[str]:
     return sorted(name for name in needs if not getattr(capabilities, name))
+
+
+_MEANING: Final = {
+    "records": "a record store",
+    "kv": "a key-value face (memory://, sqlite://, redis://, postgresql:// have one; pinecone://, weaviate:// do not)",
+    "vector_search": "vector search",
+    "text_search": "text search",
+    "filtered_scan": "scans by fields without a vector",
+    "atomic_replace": "compare-and-set across clients",
+    "ttl": "expiring keys",
+    "persistent": "storage that outlives the process",
+}
+
+
+def describe_missing(missing: list[str]) -> str:
+    """The capabilities a layer lacks, said as what they are (``kv`` alone tells a user little)."""
+    return "; ".join(f"{name} ({_MEANING.get(name, name)})" for name in missing)
