@@ -1,8 +1,8 @@
-"""The ``memkit`` command.
+"""``memkit demo``: long-term memory surviving a process.
 
-``memkit demo`` shows long-term memory surviving a process: a first process
-stores a user's preferences and facts in a SQLite file, then a second, new
-process opens the same file and recalls them, printing each hit's scores.
+A first process stores a user's preferences and facts in a SQLite file, then a second, new process opens
+the same file and recalls them, printing each hit's scores. Each step runs as
+``python -m memkit.cli._demo STEP URL``, so it is no subcommand of ``memkit`` (and not in its help).
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 
 import anyio
 
-__all__ = ["main"]
+__all__ = ["demo"]
 
 DEMO_USER = "ada"
 DEMO_MEMORIES: tuple[tuple[str, str, float], ...] = (
@@ -65,10 +64,10 @@ async def _demo_recall(url: str) -> None:
 
 def _run_step(step: str, url: str) -> int:
     """Each step in a new Python process, so nothing but the file carries the memories over."""
-    return subprocess.call([sys.executable, "-m", "memkit.cli", "demo-step", step, "--url", url])
+    return subprocess.call([sys.executable, "-m", "memkit.cli._demo", step, url])
 
 
-def _demo(args: argparse.Namespace) -> int:
+def demo(args: argparse.Namespace) -> int:
     url = f"sqlite:///{args.db}"
     print(f"memkit demo: long-term memory in {args.db} (embedded SQLite, local MiniLM embedder, no network)\n")
     print(f"[process 1] storing {len(DEMO_MEMORIES)} memories for user {DEMO_USER!r}:")
@@ -78,53 +77,12 @@ def _demo(args: argparse.Namespace) -> int:
     return _run_step("recall", url)
 
 
-def _demo_step(args: argparse.Namespace) -> int:
+def _step(argv: list[str]) -> int:
+    step, url = argv
     print(f"  (pid {os.getpid()})")
-    anyio.run(_demo_store if args.step == "store" else _demo_recall, args.url)
+    anyio.run(_demo_store if step == "store" else _demo_recall, url)
     return 0
 
 
-def _bench(args: argparse.Namespace) -> int:
-    """A benchmark from an install (``memkit_benchmarks``) or from a checkout (``benchmarks``)."""
-    import importlib
-
-    for package in ("memkit_benchmarks", "benchmarks"):
-        try:
-            module = importlib.import_module(f"{package}.{args.name}")
-        except ModuleNotFoundError as exc:
-            if exc.name not in (package, f"{package}.{args.name}"):
-                raise
-            continue
-        sys.argv = [f"memkit bench {args.name}", *args.args]  # each benchmark parses its own options
-        module.main()
-        return 0
-    known = "scoring, locomo, backends, ingest, contention, session, state"
-    print(f"memkit bench: no benchmark {args.name!r} (try {known})", file=sys.stderr)
-    return 2
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memkit", description="Layered, async memory for AI agents.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="long-term memory across two processes on embedded SQLite")
-    demo.add_argument("--db", default="memkit-demo.db", help="SQLite file to use (default: memkit-demo.db)")
-    demo.set_defaults(handler=_demo)
-    bench = commands.add_parser("bench", help="run a benchmark: memkit bench NAME [its options]")
-    bench.add_argument("name")
-    bench.add_argument("args", nargs=argparse.REMAINDER)
-    bench.set_defaults(handler=_bench)
-    step = commands.add_parser("demo-step", help=argparse.SUPPRESS)
-    step.add_argument("step", choices=["store", "recall"])
-    step.add_argument("--url", required=True)
-    step.set_defaults(handler=_demo_step)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    handler = args.handler
-    return int(handler(args))
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_step(sys.argv[1:]))

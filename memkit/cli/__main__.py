@@ -1,0 +1,7 @@
+"""``python -m memkit.cli``: the ``memkit`` command."""
+
+import sys
+
+from memkit.cli import main
+
+sys.exit(main())

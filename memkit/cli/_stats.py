@@ -1,0 +1,79 @@
+"""``memkit stats``: what a store holds, per collection, kind and user, and its size on disk."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from memkit.cli._output import ExitCode, print_json, print_table
+from memkit.cli._store import COLLECTIONS, claimed_identities, open_store
+
+__all__ = ["stats"]
+
+_GROUP_FIELD = {"long_term": "kind", "episodic": "outcome"}
+"""The field each collection's records are counted by: a memory's kind, an episode's outcome."""
+_USERS_SHOWN = 20
+
+
+def _size_on_disk(mem: Any) -> int | None:
+    """The SQLite file with its write-ahead log and shared-memory index; None for other backends."""
+    url = mem.url
+    if url.scheme != "sqlite" or url.file_path in ("", ":memory:"):
+        return None
+    base = Path(url.file_path)
+    return sum(p.stat().st_size for p in (base, Path(f"{base}-wal"), Path(f"{base}-shm")) if p.exists())
+
+
+async def _count(mem: Any, collection: str) -> dict[str, Any]:
+    """One pass over the collection's live records (a scan, so it works the same on every backend)."""
+    from memkit.backend import Scope
+
+    by_group: Counter[str] = Counter()
+    by_user: Counter[str] = Counter()
+    cursor: str | None = None
+    now = time.time()
+    while True:
+        page = await mem.backend.scan(collection, Scope(), limit=1000, cursor=cursor, now=now, all_scopes=True)
+        for record in page.records:
+            by_group[str(record.fields.get(_GROUP_FIELD[collection], "?"))] += 1
+            scope = record.scope
+            by_user[scope.user_id or (f"agent:{scope.agent_id}" if scope.agent_id else "-")] += 1
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    return {"total": sum(by_group.values()), f"by_{_GROUP_FIELD[collection]}": dict(by_group.most_common()),
+            "by_user": dict(by_user.most_common())}  # fmt: skip
+
+
+async def stats(args: argparse.Namespace) -> int:
+    async with open_store(args.url, embedder=args.embedder) as mem:
+        claims = await claimed_identities(mem.url)
+        collections = {}
+        for collection in COLLECTIONS:
+            identity = claims.get(collection)
+            counts = await _count(mem, collection)
+            embedder = None if identity is None else {"model_id": identity[0], "dim": identity[1]}
+            collections[collection] = {"embedder": embedder, **counts}
+        report = {"url": str(mem.url), "size_bytes": _size_on_disk(mem), "collections": collections}
+    if args.json:
+        print_json(report)
+        return ExitCode.OK
+    size = _size_on_disk(mem)
+    print(f"store  {mem.url}" + ("" if size is None else f"  ({size / 1e6:.1f} MB on disk)"))
+    for name, info in collections.items():
+        model = info["embedder"]
+        print(f"\n{name}: {info['total']} live records; embedder "
+              + ("none yet" if model is None else f"{model['model_id']} (dim {model['dim']})"))  # fmt: skip
+        group = _GROUP_FIELD[name]
+        if info["total"]:
+            rows = [{group: key, "count": n} for key, n in info[f"by_{group}"].items()]
+            print_table(rows, [group, "count"])
+            users = list(info["by_user"].items())
+            rows = [{"user": user, "count": n} for user, n in users[:_USERS_SHOWN]]
+            print_table(rows, ["user", "count"])
+            if len(users) > _USERS_SHOWN:
+                print(f"... and {len(users) - _USERS_SHOWN} more users (--json lists them all)")
+    return ExitCode.OK

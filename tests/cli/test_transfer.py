@@ -1,0 +1,187 @@
+"""``memkit export`` and ``memkit import`` through real subprocesses: round trips, bad lines, resuming."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+
+from memkit.cli._jsonl import encode_vector
+from tests.cli._run import COMMAND, memkit, ok_json, sqlite_url
+
+pytestmark = pytest.mark.slow
+
+
+def _records(url: str) -> dict[str, Any]:
+    """Every long-term record of a store, by id, read through the backend."""
+    from memkit import open_backend
+    from memkit.backend import Scope
+
+    async def read() -> dict[str, Any]:
+        async with open_backend(url) as backend:
+            page = await backend.scan("long_term", Scope(), limit=1000, all_scopes=True)
+            return {r.id: r for r in page.records}
+
+    return anyio.run(read)
+
+
+def _write_lines(path: Path, lines: list[dict[str, Any]], header: dict[str, Any] | None = None) -> None:
+    rows = ([header] if header else []) + lines
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_export_and_import_keep_ids_texts_and_exact_vectors(tmp_path: Path) -> None:
+    source, target = sqlite_url(tmp_path / "a.db"), sqlite_url(tmp_path / "b.db")
+    for user, text in (("ada", "I am allergic to peanuts."), ("ada", "I like tea."), ("bob", "Bob likes jazz.")):
+        ok_json("store", text, "--user-id", user, "--url", source, "--embedder", "hashing")
+    out = tmp_path / "all.jsonl"
+    assert ok_json("export", str(out), "--vectors", "--url", source)["exported"] == 3
+    header = json.loads(out.read_text().splitlines()[0])
+    assert header == {"memkit_export": 1, "model_id": "hashing-v1-384", "dim": 384}
+    summary = ok_json("import", str(out), "--url", target)
+    assert summary["imported"] == 3 and summary["embedded"] == 0 and summary["bad"] == []
+    before, after = _records(source), _records(target)
+    assert before.keys() == after.keys()
+    for record_id, record in before.items():
+        assert np.array_equal(record.vector, after[record_id].vector)  # the exported float32 bytes, exactly
+        assert record.scope == after[record_id].scope and record.text == after[record_id].text
+    hits = ok_json("recall", "peanuts", "--user-id", "ada", "--url", target)["hits"]
+    assert hits[0]["memory"]["content"] == "I am allergic to peanuts."
+    again = ok_json("import", str(out), "--url", target)  # the same file twice: each memory once
+    assert again["imported"] == 3 and len(_records(target)) == 3
+
+
+def test_export_of_one_user_to_standard_output(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "a.db")
+    ok_json("store", "likes tea", "--user-id", "ada", "--url", url, "--embedder", "hashing")
+    ok_json("store", "likes jazz", "--user-id", "bob", "--url", url)
+    result = memkit("export", "-", "--user-id", "bob", "--url", url)
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert lines[0] == {"memkit_export": 1} and [(m["user_id"], m["content"]) for m in lines[1:]] == [
+        ("bob", "likes jazz")
+    ]
+    assert memkit("export", str(tmp_path / "x.jsonl"), "--url", url).returncode == 0
+    again = memkit("export", str(tmp_path / "x.jsonl"), "--url", url)
+    assert again.returncode == 3 and "--force" in again.stderr
+
+
+def test_vectors_of_another_model_are_embedded_again(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "a.db")
+    ok_json("store", "likes tea", "--user-id", "ada", "--url", url, "--embedder", "hashing")  # claims hashing-384
+    rng = np.random.default_rng(0)
+    lines = [{"content": f"memory {i} about jazz", "user_id": "ada", "vector": encode_vector(rng.random(8) + 0.1)}
+             for i in range(5)]  # fmt: skip
+    _write_lines(tmp_path / "other.jsonl", lines, {"memkit_export": 1, "model_id": "other-model", "dim": 8})
+    summary = ok_json("import", str(tmp_path / "other.jsonl"), "--url", url)
+    assert summary["imported"] == 5 and summary["embedded"] == 5
+    assert {r.vector.shape for r in _records(url).values()} == {(384,)}
+    assert ok_json("recall", "jazz", "--user-id", "ada", "--url", url)["hits"][0]["lexical"] > 0
+
+
+def test_a_store_of_a_model_the_cli_cannot_load_says_so(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "a.db")
+    vector = encode_vector(np.ones(8))
+    _write_lines(tmp_path / "x.jsonl", [{"content": "likes tea", "user_id": "ada", "vector": vector}],
+                 {"memkit_export": 1, "model_id": "someone-elses-model", "dim": 8})  # fmt: skip
+    assert ok_json("import", str(tmp_path / "x.jsonl"), "--url", url)["embedded"] == 0  # its vectors are used
+    assert ok_json("list", "--url", url)["memories"][0]["content"] == "likes tea"  # listing needs no model
+    recall = memkit("recall", "tea", "--user-id", "ada", "--url", url)
+    assert recall.returncode == 1 and "someone-elses-model" in recall.stderr and "Traceback" not in recall.stderr
+
+
+def test_bad_lines_are_reported_by_number_and_skipped_whole(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "a.db")
+    good = {"content": "likes tea", "user_id": "ada", "vector": encode_vector(np.ones(384))}
+    lines = [
+        good,
+        {"content": "", "user_id": "ada"},  # line 3
+        {"contnet": "typo", "user_id": "ada"},  # 4
+        {"content": "no owner"},  # 5
+        {"content": "wrong size", "user_id": "ada", "vector": encode_vector(np.ones(5))},  # 6
+        {"content": "too important", "user_id": "ada", "importance": 7},  # 7
+        {"content": "naive time", "user_id": "ada", "created_at": "2024-01-01T00:00:00"},  # 8
+        {"content": "likes jazz", "user_id": "bob"},  # 9
+    ]
+    path = tmp_path / "mixed.jsonl"
+    _write_lines(path, lines, {"memkit_export": 1, "model_id": "hashing-v1-384", "dim": 384})
+    with path.open("a") as handle:
+        handle.write("this is not json\n")  # line 10
+    result = memkit("import", str(path), "--url", url)
+    assert result.returncode == 3
+    reported = [int(line.split(":")[1]) for line in result.stderr.splitlines() if line.startswith(str(path))]
+    assert reported == [3, 4, 5, 6, 7, 8, 10]
+    assert "imported 2 memories" in result.stdout and "7 bad lines skipped" in result.stderr
+    stored = {r.text for r in _records(url).values()}
+    assert stored == {"likes tea", "likes jazz"}  # nothing of a bad line was written
+
+
+def test_check_validates_without_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    _write_lines(path, [{"content": "likes tea", "user_id": "ada"}, {"content": "", "user_id": "ada"}])
+    result = memkit("import", str(path), "--check", "--json", "--url", sqlite_url(tmp_path / "never.db"))
+    assert result.returncode == 3
+    assert json.loads(result.stdout)["valid"] == 1 and json.loads(result.stdout)["bad"][0]["line"] == 2
+    assert not (tmp_path / "never.db").exists()
+
+
+def _killed_after_first_batch(args: list[str], state: Path) -> None:
+    """Starts ``memkit ARGS`` and SIGKILLs it once it has saved a position (mid-run, not at the end)."""
+    process = subprocess.Popen([*COMMAND, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not state.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert state.exists(), "the command ended before it saved a position: make the input larger"
+
+
+def _big_file(path: Path, n: int) -> None:
+    vector = encode_vector(np.ones(384))
+    lines = [{"content": f"note {i}: the meeting moved to room {i % 97}", "user_id": f"user{i % 7}",
+              "vector": vector} for i in range(n)]  # fmt: skip
+    _write_lines(path, lines, {"memkit_export": 1, "model_id": "hashing-v1-384", "dim": 384})
+
+
+def test_an_import_killed_half_way_continues_where_it_stopped(tmp_path: Path) -> None:
+    url, path = sqlite_url(tmp_path / "a.db"), tmp_path / "big.jsonl"
+    _big_file(path, 30_000)
+    state = Path(f"{path}.memkit-import")
+    _killed_after_first_batch(["import", str(path), "--url", url, "--no-progress"], state)
+    done_before = json.loads(state.read_text())["imported"]
+    assert 0 < done_before < 30_000
+    summary = ok_json("import", str(path), "--url", url)
+    assert summary["resumed"] is True and summary["imported"] <= 30_000 - done_before
+    assert not state.exists()
+    assert ok_json("stats", "--url", url)["collections"]["long_term"]["total"] == 30_000
+
+
+def test_an_export_killed_half_way_continues_where_it_stopped(tmp_path: Path) -> None:
+    url, source = sqlite_url(tmp_path / "a.db"), tmp_path / "big.jsonl"
+    _big_file(source, 30_000)
+    ok_json("import", str(source), "--url", url)
+    out = tmp_path / "out.jsonl"
+    state = Path(f"{out}.memkit-export")
+    _killed_after_first_batch(["export", str(out), "--url", url, "--no-progress"], state)
+    with out.open("a") as handle:
+        handle.write('{"content": "half a li')  # what a kill can leave after the last saved page
+    assert ok_json("export", str(out), "--url", url)["exported"] == 30_000
+    lines = out.read_text().splitlines()
+    ids = [json.loads(line)["id"] for line in lines[1:]]
+    assert len(ids) == 30_000 and len(set(ids)) == 30_000 and not state.exists()
+
+
+def test_python_m_memkit_cli_still_runs() -> None:
+    out = subprocess.run([sys.executable, "-m", "memkit.cli", "--version"], capture_output=True, text=True,
+                         timeout=60, check=True)  # fmt: skip
+    assert out.stdout.startswith("memkit ")
