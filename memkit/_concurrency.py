@@ -20,19 +20,22 @@ async def gather_bounded(calls: Sequence[Callable[[], Awaitable[T]]], limit: int
         return [await call() for call in calls]
     results: list[T | None] = [None] * len(calls)
     failures: list[Exception] = []
-    limiter = anyio.CapacityLimiter(limit)
+    pending = iter(enumerate(calls))
 
-    async def run(at: int, call: Callable[[], Awaitable[T]], group: anyio.abc.TaskGroup) -> None:
-        try:
-            async with limiter:
+    # ``limit`` workers taking the next call, not a task per call waiting on a limiter: a batch of ten
+    # thousand quick calls spent most of its time starting tasks and queueing on the limiter.
+    async def worker(group: anyio.abc.TaskGroup) -> None:
+        for at, call in pending:
+            try:
                 results[at] = await call()
-        except Exception as exc:  # cancellation is a BaseException: it goes through the group untouched
-            failures.append(exc)
-            group.cancel_scope.cancel()
+            except Exception as exc:  # cancellation is a BaseException: it goes through the group untouched
+                failures.append(exc)
+                group.cancel_scope.cancel()
+                return
 
     async with anyio.create_task_group() as group:
-        for at, call in enumerate(calls):
-            group.start_soon(run, at, call, group)
+        for _ in range(min(limit, len(calls))):
+            group.start_soon(worker, group)
     if failures:
         raise failures[0]
     return results  # type: ignore[return-value]  # every slot was filled: no call failed

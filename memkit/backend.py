@@ -23,6 +23,7 @@ the rest.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from abc import ABC, abstractmethod
@@ -64,6 +65,7 @@ __all__ = [
 ]
 
 Vector: TypeAlias = "npt.NDArray[np.float32]"
+_REPLACES_AT_ONCE = 16
 FieldValue = str | int | float | bool
 Fields = dict[str, FieldValue | tuple[str, ...]]
 """A record's filterable fields: a scalar, or a tuple of tags (a record matches a tag filter when any of
@@ -338,6 +340,15 @@ class RecordStore(_Lifecycle):
         (``None``: only if no record has that id). True when written, and also when the stored body already
         equals ``record.body`` (a retried call that had succeeded); False, writing nothing, otherwise.
         Writers that could race with an identical body must make bodies unique (a nonce)."""
+
+    async def replace_many(self, collection: str, pairs: Sequence[tuple[Record, bytes | None]]) -> list[bool]:
+        """``replace`` for each (record, expected body), each on its own (not all or none), ids distinct:
+        whether each was written. This default runs a few ``replace`` calls at a time (a server overlaps the
+        round trips); an embedded backend overrides it with one pass under one lock."""
+        from memkit._concurrency import gather_bounded  # the contract module stays free of the helpers
+
+        calls = [functools.partial(self.replace, collection, record, expected) for record, expected in pairs]
+        return await gather_bounded(calls, _REPLACES_AT_ONCE)
 
     @abstractmethod
     async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:

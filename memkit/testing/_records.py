@@ -62,6 +62,23 @@ class BackendConformance(WriteConformance, ScanConformance, KeyValueConformance)
         assert await backend.replace(COLLECTION, ghost, expected_body=ghost.body) is False
         assert await backend.get(COLLECTION, ["ghost"]) == []
 
+    async def test_replace_many_decides_each_record_on_its_own(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        kept, moved = make_record("kept", seed=1), make_record("moved", seed=2)
+        await backend.upsert(COLLECTION, [kept, moved])
+        changed = Record(**{**fields_of(kept), "body": b"changed"})
+        stale = Record(**{**fields_of(moved), "body": b"lost"})
+        fresh = make_record("fresh", seed=3)
+        again = make_record("moved", seed=2)  # the stored body already: a retry that had succeeded
+        verdicts = await backend.replace_many(
+            COLLECTION, [(changed, kept.body), (stale, b"not what is stored"), (fresh, None)]
+        )
+        assert verdicts == [True, False, True]
+        got = {r.id: r.body for r in await backend.get(COLLECTION, ["kept", "moved", "fresh"])}
+        assert got == {"kept": b"changed", "moved": moved.body, "fresh": fresh.body}
+        assert await backend.replace_many(COLLECTION, [(again, b"anything"), (fresh, None)]) == [True, True]
+        assert await backend.replace_many(COLLECTION, []) == []
+
     async def test_concurrent_read_modify_replace_loses_nothing(self, backend: Backend) -> None:
         await backend.ensure_collection(COLLECTION, DIM)
         await backend.upsert(COLLECTION, [Record(**{**fields_of(make_record("n", seed=1)), "body": b"0"})])

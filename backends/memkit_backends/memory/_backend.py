@@ -113,6 +113,9 @@ class MemoryBackend(Backend):
     async def replace(self, collection: str, record: Record, expected_body: bytes | None) -> bool:
         return await self._store.run(collection, lambda c: c.replace(record, expected_body))
 
+    async def replace_many(self, collection: str, pairs: Sequence[tuple[Record, bytes | None]]) -> list[bool]:
+        return await self._store.run(collection, lambda c: c.replace_many(pairs))
+
     async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
         return await self._store.read(collection, lambda c: c.get(ids, scope), [])
 

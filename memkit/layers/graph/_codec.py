@@ -9,6 +9,7 @@ matches ``u``'s records with an agent) and is filtered on by every scan, so grap
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from datetime import datetime
@@ -43,6 +44,9 @@ __all__ = [
 ]
 
 OWNER: Final = "owner"
+LIVE: Final = "*"
+"""Appended to a node id in an edge's end fields while the edge holds: a walk "now" asks for ``id*`` and the
+store's index hands it only edges that hold, with no second filter to intersect (node ids are hex)."""
 _SPACES = re.compile(r"\s+")
 _NOT_WORD = re.compile(r"[^\w]+")
 _EDGE_PUNCTUATION = "\"'`.,;:!?()[]{}<>"
@@ -74,12 +78,14 @@ _decode_node = msgspec.json.Decoder(NodeBody).decode
 _decode_edge = msgspec.json.Decoder(EdgeBody).decode
 
 
+@functools.lru_cache(maxsize=65_536)  # a batch names each entity many times (every edge names two)
 def normal_name(name: str) -> str:
     """The identity of a name: Unicode-folded, case-folded, single-spaced, without surrounding quotes or stops."""
     folded = _SPACES.sub(" ", unicodedata.normalize("NFKC", name).casefold()).strip()
     return folded.strip(_EDGE_PUNCTUATION + " ")
 
 
+@functools.lru_cache(maxsize=4_096)
 def normal_relation(relation: str) -> str:
     """``"Works At"`` -> ``"works_at"``: case-folded words joined by underscores."""
     return _NOT_WORD.sub("_", unicodedata.normalize("NFKC", relation).casefold()).strip("_")
@@ -194,9 +200,16 @@ def _newest(items: list[str], keep: int) -> list[str]:
 
 
 def edge_record(owner: str, scope: Scope, record_id: str, body: EdgeBody, now: float) -> Record:
+    """Fields ``out`` / ``in`` / ``ends``: the source, the target, both, each also marked ``LIVE`` while the
+    edge holds (or will end later than ``now``). Node ids are the owner's own, so no owner filter is needed."""
     live = any(e is None or e > now for _, e in body.history)
-    ends: tuple[str, ...] = (body.src,) if body.src == body.dst else (body.src, body.dst)
-    fields: Fields = {OWNER: owner, "src": body.src, "dst": body.dst, "ends": ends, "rel": body.rel, "live": live}
+
+    def ends(ids: tuple[str, ...]) -> tuple[str, ...]:
+        return ids + tuple(i + LIVE for i in ids) if live else ids
+
+    both = (body.src,) if body.src == body.dst else (body.src, body.dst)
+    fields: Fields = {OWNER: owner, "out": ends((body.src,)), "in": ends((body.dst,)), "ends": ends(both),
+                      "rel": body.rel}  # fmt: skip
     return Record(id=record_id, scope=scope, body=_encode(body), timestamp=body.updated, fields=fields)
 
 

@@ -14,6 +14,7 @@ from memkit._validation import MAX_ID_CHARS, check_content, check_int, check_mom
 from memkit.backend import Backend, Scope
 from memkit.errors import NotFoundError, ScopeError, ValidationError
 from memkit.layers.graph._codec import (
+    LIVE,
     OWNER,
     decode_edge,
     decode_node,
@@ -162,7 +163,7 @@ class KnowledgeGraph:
         found = (await writer.resolve([check_name(name, self.config)])).get(normal_name(name))
         if found is None:
             return False
-        await self._delete_edges(writer, {OWNER: writer.owner, "ends": (found.id,)})
+        await self._delete_edges(writer, {"ends": (found.id,)})
         return await self.backend.delete(self.config.nodes_collection, [found.id], writer.scope) > 0
 
     async def delete_edge(
@@ -235,17 +236,16 @@ class KnowledgeGraph:
         writer = self._writer(user_id, agent_id)
         check_name(name, self.config)
         relations = check_relations(relation)
-        end = {"out": "src", "in": "dst", "both": "ends"}[check_direction(direction)]
+        end = {"out": "out", "in": "in", "both": "ends"}[check_direction(direction)]
         limit = check_int(limit, "limit", 1, _PAGE)
         moment = None if as_of is None else check_moment(as_of, "as_of")
         found = (await writer.resolve([name])).get(normal_name(name))
         if found is None:
             return []
-        filters: dict[str, Any] = {OWNER: writer.owner, end: (found.id,)}
+        live = moment is None and not include_ended  # ended edges never hold now: leave them in the store
+        filters: dict[str, Any] = {end: (found.id + LIVE if live else found.id,)}
         if relations is not None:
             filters["rel"] = relations
-        if moment is None and not include_ended:
-            filters["live"] = True
         kept: builtins.list[Edge] = []
         cursor = None
         while len(kept) < limit:
@@ -288,8 +288,7 @@ class KnowledgeGraph:
         root = (await writer.resolve([name])).get(normal_name(name))
         if root is None:
             raise NotFoundError(f"no entity called {name!r} in this graph")
-        return await walk(self.backend, self.config, owner=writer.owner, scope=writer.scope, root=root, limits=limits,
-                          now=writer.now)  # fmt: skip
+        return await walk(self.backend, self.config, scope=writer.scope, root=root, limits=limits, now=writer.now)
 
     async def to_context(
         self,

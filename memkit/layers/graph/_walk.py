@@ -1,26 +1,31 @@
-"""k-hop walks over the stored edges: one filtered scan per hop, limits and cycle safety in the layer.
+"""k-hop walks over the stored edges: a filtered scan per frontier node, limits and cycle safety in the layer.
 
-Each hop reads the edges touching the frontier with one ``scan`` (an any-of filter on the edge's ends,
-pushed into every backend's index), newest first, so the most recently asserted relations are followed
-when a limit cuts. Nodes are read once, at the end, with one ``get``. A visited set makes cycles harmless.
+Each hop reads, for each frontier node, its newest ``fan_out`` edges with one ``scan`` (a filter on the
+edge's end field, pushed into every backend's index; a few nodes at a time), so the most recently asserted
+relations are followed and a hub with thousands of edges costs what a small node does. One scan over the
+whole frontier was tried first: a hub in it made every hop read (and decode) all of the hub's edges.
+Nodes are read once, at the end, with one ``get``. A visited set makes cycles harmless.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import functools
 from datetime import datetime
 from typing import Final
 
 import msgspec
 
+from memkit._concurrency import gather_bounded
 from memkit.backend import FilterValue, Record, RecordStore, Scope
-from memkit.layers.graph._codec import OWNER, EdgeBody, decode_edge, decode_node, holds_at, to_edge, to_node
+from memkit.layers.graph._codec import LIVE, EdgeBody, decode_edge, decode_node, holds_at, to_edge, to_node
 from memkit.layers.graph._records import Direction, Edge, GraphConfig, Node, Subgraph
 
 __all__ = ["WalkLimits", "walk"]
 
 _PAGE_MAX: Final = 1_000
-_END_FIELD: Final[dict[Direction, str]] = {"out": "src", "in": "dst", "both": "ends"}
+_SCANS_AT_ONCE: Final = 8
+"""Frontier nodes whose edges are read side by side (a server backend overlaps the round trips)."""
+_END_FIELD: Final[dict[Direction, str]] = {"out": "out", "in": "in", "both": "ends"}
 
 
 class WalkLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -33,82 +38,59 @@ class WalkLimits(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def walk(
-    store: RecordStore, config: GraphConfig, *, owner: str, scope: Scope, root: Record, limits: WalkLimits, now: float
+    store: RecordStore, config: GraphConfig, *, scope: Scope, root: Record, limits: WalkLimits, now: float
 ) -> Subgraph:
     """The neighbourhood of ``root`` within ``limits``: breadth first, ``fan_out`` edges per node and hop."""
     depth = {root.id: 0}
-    kept: dict[str, tuple[int, str, EdgeBody]] = {}
+    kept: dict[str, tuple[int, EdgeBody]] = {}
     frontier = [root.id]
     truncated = False
+    budget = max(limits.fan_out, config.max_edges_per_hop // len(frontier))
     for hop in range(1, limits.depth + 1):
-        found, cut = await _edges_touching(store, config, owner=owner, scope=scope, frontier=frontier, limits=limits,
-                                           now=now)  # fmt: skip
-        truncated |= cut
-        frontier_set = set(frontier)
-        per_node: Counter[str] = Counter()
+        calls = [functools.partial(_edges_of, store, config, scope=scope, node=node, limits=limits, now=now,
+                                   budget=budget) for node in frontier]  # fmt: skip
         reached: list[str] = []
-        for record_id, body in found:
-            if record_id in kept:
-                continue  # seen from the other end at an earlier hop
-            for here, there in _steps(body, frontier_set, limits.direction):
-                if per_node[here] >= limits.fan_out:
-                    truncated = True
-                    continue
+        for node, (found, cut) in zip(frontier, await gather_bounded(calls, _SCANS_AT_ONCE), strict=True):
+            truncated |= cut
+            for record_id, body in found:
+                there = body.dst if body.src == node else body.src
                 if there not in depth:
                     if len(depth) >= limits.max_nodes:
                         truncated = True
                         continue
                     depth[there] = hop
                     reached.append(there)
-                per_node[here] += 1
-                kept.setdefault(record_id, (hop, record_id, body))
+                kept.setdefault(record_id, (hop, body))
         frontier = reached
         if not frontier:
             break
-    ordered = sorted(kept.values(), key=lambda k: k[0])
+        budget = max(limits.fan_out, config.max_edges_per_hop // len(frontier))
+    ordered = sorted(((hop, rid, body) for rid, (hop, body) in kept.items()), key=lambda k: k[0])
     return await _subgraph(store, config, scope=scope, root=root, depth=depth, kept=ordered, truncated=truncated)
 
 
-def _steps(body: EdgeBody, frontier: set[str], direction: Direction) -> list[tuple[str, str]]:
-    """(frontier node, node across the edge) for each way ``body`` leads out of the frontier."""
-    steps = []
-    if direction != "in" and body.src in frontier:
-        steps.append((body.src, body.dst))
-    if direction != "out" and body.dst in frontier and body.dst != body.src:
-        steps.append((body.dst, body.src))
-    return steps
-
-
-async def _edges_touching(
-    store: RecordStore,
-    config: GraphConfig,
-    *,
-    owner: str,
-    scope: Scope,
-    frontier: list[str],
-    limits: WalkLimits,
-    now: float,
+async def _edges_of(
+    store: RecordStore, config: GraphConfig, *, scope: Scope, node: str, limits: WalkLimits, now: float, budget: int
 ) -> tuple[list[tuple[str, EdgeBody]], bool]:
-    """The edges that touch the frontier the walk's way and held at ``as_of`` (now by default), newest first;
-    True as well when the hop's edge budget cut some off."""
-    filters: dict[str, FilterValue] = {OWNER: owner, _END_FIELD[limits.direction]: tuple(frontier)}
+    """The newest ``fan_out`` edges of ``node`` the walk's way that hold at ``as_of`` (now by default); True
+    as well when it has more (or reading them ran past ``budget``)."""
+    live = limits.as_of is None  # ended edges never hold now: the index leaves them out
+    filters: dict[str, FilterValue] = {_END_FIELD[limits.direction]: (node + LIVE if live else node,)}
     if limits.relations is not None:
         filters["rel"] = limits.relations
-    if limits.as_of is None:
-        filters["live"] = True  # ended edges never match "now": leave them in the store
-    budget = config.max_edges_per_hop
-    per_page = min(_PAGE_MAX, budget, limits.fan_out * len(frontier) * (2 if limits.direction == "both" else 1))
     found: list[tuple[str, EdgeBody]] = []
-    cursor = None
-    read = 0
+    cursor, read = None, 0
     while True:
-        page = await store.scan(config.edges_collection, scope, filters=filters, limit=min(per_page, budget - read),
-                                cursor=cursor, newest_first=True)  # fmt: skip
+        want = max(1, min(_PAGE_MAX, limits.fan_out - len(found) + 1, budget - read))  # one more: are there more?
+        page = await store.scan(config.edges_collection, scope, filters=filters, cursor=cursor, newest_first=True,
+                                limit=want)  # fmt: skip
         read += len(page.records)
         for record in page.records:
             body = decode_edge(record)
-            if holds_at(body, limits.as_of, now):
+            if len(found) < limits.fan_out and holds_at(body, limits.as_of, now):
                 found.append((record.id, body))
+            elif len(found) >= limits.fan_out:
+                return found, True
         cursor = page.next_cursor
         if cursor is None:
             return found, False

@@ -115,10 +115,11 @@ class GraphWriter:
         merges: dict[str, list[Edge]] = {}
         ends_of: dict[str, tuple[str, str, str, str]] = {}
         order = []
+        names = {record.id: decode_node(record).name for record in nodes.values()}
         for edge in edges:
             src, dst = nodes[normal_name(edge.source)], nodes[normal_name(edge.target)]
             target = edge_id(self.owner, src.id, edge.relation, dst.id)
-            ends_of[target] = (src.id, decode_node(src).name, dst.id, decode_node(dst).name)
+            ends_of[target] = (src.id, names[src.id], dst.id, names[dst.id])
             merges.setdefault(target, []).append(edge)
             order.append(target)
         builds = [(t, functools.partial(self._build_edge, t, ends_of[t], given)) for t, given in merges.items()]
@@ -152,7 +153,7 @@ class GraphWriter:
         late ends where what followed it began). Any writer computing this over the same edges ends the same
         ones, so concurrent writers agree."""
         groups = {(b.src, b.rel) for b in written}
-        filters: dict[str, FilterValue] = {OWNER: self.owner, "src": tuple(sorted({s for s, _ in groups})),
+        filters: dict[str, FilterValue] = {"out": tuple(sorted({s for s, _ in groups})),
                                            "rel": tuple(sorted({r for _, r in groups}))}  # fmt: skip
         members: dict[tuple[str, str], list[tuple[str, EdgeBody]]] = {}
         cursor = None
@@ -187,12 +188,28 @@ class GraphWriter:
     async def _merge_all(
         self, collection: str, builds: Sequence[tuple[str, Build]], known: dict[str, Record] | None
     ) -> dict[str, Record]:
-        """Run every build by compare-and-set (one ``get`` for all first); the stored record of each id."""
+        """Run every build by compare-and-set: one ``get`` and one ``replace_many`` for the whole batch, then
+        a read-merge-write loop for each record another writer changed meanwhile. The stored record of each id."""
         if not builds:
             return {}
         if known is None:  # else the caller read them: an id it did not find is absent (a first guess only)
             known = {r.id: r for r in await self.store.get(collection, [t for t, _ in builds], self.scope)}
-        calls = [functools.partial(merge_record, self.store, collection, t, self.scope, build=build,
-                                   known=[known[t]] if t in known else []) for t, build in builds]  # fmt: skip
-        results = await gather_bounded(calls, _WRITES_AT_ONCE)
-        return {t: r for (t, _), r in zip(builds, results, strict=True) if r is not None}
+        stored: dict[str, Record] = {}
+        pairs: list[tuple[Record, bytes | None]] = []
+        for target, build in builds:
+            current = known.get(target)
+            record = build(current)
+            if record is None:
+                if current is not None:
+                    stored[target] = current
+            else:
+                pairs.append((record, None if current is None else current.body))
+        written = await self.store.replace_many(collection, pairs) if pairs else []
+        lost = {record.id for (record, _), ok in zip(pairs, written, strict=True) if not ok}
+        stored.update((record.id, record) for (record, _), ok in zip(pairs, written, strict=True) if ok)
+        retries = [functools.partial(merge_record, self.store, collection, t, self.scope, build=build)
+                   for t, build in builds if t in lost]  # fmt: skip
+        for record in await gather_bounded(retries, _WRITES_AT_ONCE):
+            if record is not None:
+                stored[record.id] = record
+        return stored
