@@ -23,6 +23,7 @@ class KeyValueConformance:
 
     # -- key-value ------------------------------------------------------------------------------
     async def test_kv(self, backend: Backend) -> None:
+        require(backend, "kv")  # records-only backends (Pinecone, Weaviate) skip the key-value face
         assert await backend.kv_get("ns", "k") is None
         await backend.kv_set("ns", "k", b"v1")
         await backend.kv_set("other", "k", b"v2")
@@ -33,6 +34,7 @@ class KeyValueConformance:
         assert await backend.kv_get("ns", "k") is None
 
     async def test_kv_replace_is_compare_and_set(self, backend: Backend) -> None:
+        require(backend, "kv")
         assert await backend.kv_replace("ns", "c", b"1", expected=b"0") is False
         assert await backend.kv_replace("ns", "c", b"1", expected=None) is True
         assert await backend.kv_replace("ns", "c", b"2", expected=None) is False
@@ -55,6 +57,7 @@ class KeyValueConformance:
         assert (await backend.kv_get("ns", "n") or b"").split(b":")[0] == b"20"
 
     async def test_kv_replace_create_if_absent_is_idempotent(self, backend: Backend) -> None:
+        require(backend, "kv")
         assert await backend.kv_replace("ns", "lease", b"worker-1", expected=None) is True
         # A retried call whose first attempt succeeded (its reply lost) reports success, not a conflict.
         assert await backend.kv_replace("ns", "lease", b"worker-1", expected=None) is True
@@ -65,6 +68,7 @@ class KeyValueConformance:
         assert await backend.kv_get("ns", "lease") == b"worker-3"
 
     async def test_kv_ttl_uses_the_callers_clock(self, backend: Backend) -> None:
+        require(backend, "kv")
         require(backend, "ttl")
         now = time.time()
         await backend.kv_set("ns", "short", b"x", ttl_s=10, now=now)
@@ -83,6 +87,7 @@ class KeyValueConformance:
         assert [key for key, _ in page.items] == ["lease", "long"]
 
     async def test_kv_ttl_in_real_time(self, backend: Backend) -> None:
+        require(backend, "kv")
         require(backend, "ttl")
         await backend.kv_set("ns", "short", b"x", ttl_s=0.2)
         assert await backend.kv_get("ns", "short") == b"x"
@@ -90,6 +95,7 @@ class KeyValueConformance:
         assert await backend.kv_get("ns", "short") is None
 
     async def test_kv_scan_by_prefix_with_a_cursor(self, backend: Backend) -> None:
+        require(backend, "kv")
         keys = [f"a{i:02d}" for i in range(25)] + ["a%", "a_", "a*", "a?", "a[x]", "a\\", "b01", "é"]
         for key in keys:
             await backend.kv_set("ns", key, key.encode())
@@ -113,6 +119,7 @@ class KeyValueConformance:
         assert [k for k, _ in everything.items] == sorted(keys) and everything.next_cursor is None
 
     async def test_kv_delete_prefix(self, backend: Backend) -> None:
+        require(backend, "kv")
         for key in ("tool:a:1", "tool:a:2", "tool:ab", "tool:b:1", "tool%:x"):
             await backend.kv_set("cache", key, b"v")
         await backend.kv_set("other", "tool:a:1", b"v")
@@ -124,6 +131,7 @@ class KeyValueConformance:
         assert (await backend.kv_scan("cache")).items == []
 
     async def test_kv_namespaces_and_keys_never_collide(self, backend: Backend) -> None:
+        require(backend, "kv")
         """Keys are built from ids users choose: no separator may make two (namespace, key) pairs one."""
         pairs = [("a", "b\x01c"), ("a\x01b", "c"), ("a:b", "c"), ("a", "b:c"), ("a\x1fb", "c"), ("a", "b\x1fc")]
         for i, (namespace, key) in enumerate(pairs):
@@ -133,6 +141,7 @@ class KeyValueConformance:
         assert [k for k, _ in (await backend.kv_scan("a")).items] == sorted(["b\x01c", "b:c", "b\x1fc"])
 
     async def test_kv_refuses_nul_in_names(self, backend: Backend) -> None:
+        require(backend, "kv")
         """One rule on every backend (Postgres text cannot hold NUL; a lone surrogate is not text):
         refused before anything is written."""
         for namespace, key in (("a\x00b", "c"), ("a", "b\x00c"), ("a", "b\ud800"), ("a\udfff", "c")):
