@@ -16,6 +16,8 @@ For each available backend (memory, sqlite, redis, postgres), in one run:
 
 Redis Stack and Postgres come from ``--redis-url`` / ``--postgres-url`` (or MEMKIT_BENCH_REDIS_URL /
 MEMKIT_BENCH_POSTGRES_URL); without them they are started from the wheels the dev extra installs.
+Pinecone and Weaviate rows appear only when MEMKIT_BENCH_PINECONE_URL / MEMKIT_BENCH_WEAVIATE_URL are set
+(a Pinecone index of dimension 384, cosine); nothing starts them.
 """
 
 from __future__ import annotations
@@ -147,6 +149,9 @@ def server_urls(args: argparse.Namespace, stack: ExitStack, tmp: Path) -> dict[s
         urls["redis-hnsw"] = urls["redis"] + "?index=hnsw"
     except ImportError as exc:
         print(f"servers unavailable ({exc}); install the dev extra or pass --redis-url / --postgres-url")
+    for name in ("pinecone", "weaviate"):  # managed services: measured only where their URLs are given
+        if url := os.environ.get(f"MEMKIT_BENCH_{name.upper()}_URL"):
+            urls[name] = url
     return urls
 
 
@@ -186,7 +191,7 @@ def main() -> None:
     parser.add_argument("--json", dest="json_path", help="write the rows as JSON here")
     parser.add_argument("--data", help="LoCoMo JSON for overlap_at_10 (or MEMKIT_LOCOMO_PATH)")
     parser.add_argument("--sizes", default="10000,100000")
-    parser.add_argument("--backends", default="memory,sqlite,redis,redis-hnsw,postgres,postgres-hnsw")
+    parser.add_argument("--backends", default="memory,sqlite,redis,redis-hnsw,postgres,postgres-hnsw,pinecone,weaviate")
     parser.add_argument("--redis-url")
     parser.add_argument("--postgres-url")
     anyio.run(amain, parser.parse_args())
