@@ -40,7 +40,8 @@ class Extraction(msgspec.Struct, frozen=True, kw_only=True):
 _NAME: Final = r"(?P<x>[A-Z][\w'&.-]*(?:\s+(?:[A-Z][\w'&.-]*|of|de|da|du|van|von|der|del|la|le)){0,4})"
 _PHRASE: Final = r"(?P<x>[\w'-]+(?:\s+[\w'-]+){0,5}?)(?=\s+(?:but|and|because|when|since|so|though|if|as|which|that|too|a lot|very much|so much)\b|\s*[,;:!?.]|\s*$)"  # noqa: E501
 _SUBJECT: Final = r"(?:(?P<me>\bI(?:'m| am|'ve| have)?)|(?P<who>\b[A-Z][a-z][\w'-]*(?:\s+[A-Z][\w'-]+)?))"
-_NEGATION: Final = re.compile(r"\b(?:not|never|no longer|n't|any ?more)\b", re.IGNORECASE)
+_NEGATION: Final = re.compile(r"(?:\bnot\b|\bnever\b|\bno longer\b|n't\b)", re.IGNORECASE)
+_NO_LONGER: Final = re.compile(r"\b(?:not any ?more|no longer|any ?more|not now)\b", re.IGNORECASE)
 _NOT_NAMES: Final = frozenset({
     "i", "i'm", "it", "this", "that", "there", "then", "they", "we", "he", "she", "you", "my", "our", "his", "her",
     "their", "the", "a", "an", "and", "but", "so", "yes", "no", "ok", "okay", "actually", "also", "maybe", "today",
@@ -83,7 +84,7 @@ _LIKES: Final = re.compile(
 )
 _FAVOURITE: Final = re.compile(r"\b[Mm]y (?:all-time )?favou?rite (?P<what>\w+(?: \w+)?) is (?:the |a |an )?" + _PHRASE)
 _ALLERGY: Final = re.compile(r"\bI(?:'m| am) (?:severely |very )?allergic to " + _PHRASE)
-_MY_ROLE: Final = re.compile(r"\b[Mm]y (?P<role>" + _ROLES + r")(?:'s name is|, | is called | is named | "
+_MY_ROLE: Final = re.compile(r"\b[Mm]y (?P<role>" + _ROLES + r")(?:'s name is |, | is called | is named | "
                              r"called | named | is | )" + _NAME)  # fmt: skip
 _ROLE_OF_ME: Final = re.compile(_NAME + r" is my (?P<role>" + _ROLES + r")\b")
 _MY_NAME: Final = re.compile(r"\b(?:[Mm]y name is|[Cc]all me|[Pp]eople call me) " + _NAME)
@@ -142,9 +143,10 @@ def _read_tastes(sentence: str, speaker: str, edges: list[Edge]) -> None:
 
 
 def _negated(sentence: str, start: int, end: int) -> bool:
-    """A negation in the statement or in the rest of its clause ("I live in Lyon, not any more" is no fact)."""
+    """A negation in the statement or its clause, or "no longer" after it ("I live in Lyon, not any more")."""
     comma = sentence.find(",", end)
-    return _NEGATION.search(sentence, start, len(sentence) if comma < 0 else comma) is not None
+    clause_end = len(sentence) if comma < 0 else comma
+    return _NEGATION.search(sentence, start, clause_end) is not None or _NO_LONGER.search(sentence, end) is not None
 
 
 def _name(raw: str | None) -> str | None:

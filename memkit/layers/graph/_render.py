@@ -49,7 +49,7 @@ def _edge_line(edge: Edge, indent: int, named: dict[str, str], as_of: datetime |
 
 
 def render_subgraph(graph: Subgraph, max_tokens: int, tokenizer: Tokenizer, as_of: datetime | None = None) -> str:
-    """The block for ``graph`` within ``max_tokens``; "" when not even the header fits."""
+    """The block for ``graph`` within ``max_tokens``; "" when nothing about the entity fits."""
     when = f" as of {as_of.isoformat()}" if as_of is not None else ""
     header = f"Known about {_describe(graph.root)}{when}:"
     lines: list[str] = []
@@ -74,4 +74,6 @@ def render_subgraph(graph: Subgraph, max_tokens: int, tokenizer: Tokenizer, as_o
             named[node_id] = by_id[node_id].name
     while lines and tokenizer.count("\n".join([header, *lines])) > max_tokens:
         lines.pop()  # counted piece by piece above; a tokenizer need not be additive
+    if not lines and _describe(graph.root) == graph.root.name:
+        return ""  # "Known about Ada:" and nothing else tells the model nothing
     return "\n".join([header, *lines])
