@@ -159,3 +159,15 @@ async def test_the_client_refuses_layers_that_need_a_key_value_face(double: Pine
 
 def _fields(record: Record) -> dict[str, object]:
     return {name: getattr(record, name) for name in record.__struct_fields__}
+
+
+async def test_a_query_without_a_vector_scores_the_whole_scope(backend: Backend) -> None:
+    """Pinecone searches only by vector: without one the scope is read by metadata filter and ranked here."""
+    from memkit.backend import Weights
+
+    await backend.upsert("c", [make_record(f"i{n}", seed=n, importance=n / 10) for n in range(10)])
+    await backend.upsert("c", [make_record("bob", "bob", seed=1, importance=1.0)])
+    only = Weights(similarity=0.0, lexical=0.0, recency=0.0, importance=1.0)
+    hits = await backend.query("c", Query(scope=Scope(user_id="alice"), text="words", weights=only, k=3,
+                                          now=time.time()))  # fmt: skip
+    assert [h.record.id for h in hits] == ["i9", "i8", "i7"] and all(h.scores.lexical == 0.0 for h in hits)

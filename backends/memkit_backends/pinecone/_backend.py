@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, Final, NoReturn
 
 import anyio
 import numpy as np
-from pinecone.models.vectors.vector import Vector
+from pinecone.models.vectors.vector import Vector as StoredVector
 
 from memkit.backend import (
     Backend,
@@ -45,6 +46,7 @@ from memkit.backend import (
     Record,
     Scope,
     StorageURL,
+    Vector,
     require_scope,
     scope_matches,
 )
@@ -139,7 +141,7 @@ class PineconeBackend(Backend):
         if dim is not None:
             self._check_dim(dim, f"collection {name!r}")
 
-    def _item(self, record: Record, stored: Vector | None) -> dict[str, Any]:
+    def _item(self, record: Record, stored: StoredVector | None) -> dict[str, Any]:
         counters = stored.metadata if stored is not None else None
         vector = placeholder_vector(self._dim or 1) if record.vector is None else record.vector.tolist()
         return {"id": vector_id(record.id), "values": vector, "metadata": encode_metadata(record, counters)}
@@ -244,6 +246,24 @@ class PineconeBackend(Backend):
         return [Hit(record=records[i], scores=scores) for i, scores in ranked if i in records]
 
     @operation
+    async def nearest(
+        self,
+        collection: str,
+        scope: Scope,
+        vectors: Sequence[Vector],
+        *,
+        k: int = 1,
+        min_similarity: float = -1.0,
+        now: float | None = None,
+    ) -> list[list[tuple[str, float]]]:
+        """The contract's default (a similarity-only query per vector), the queries ``concurrency`` at a time
+        rather than one after another: a batch's round trips overlap."""
+        one = super().nearest
+        jobs = [partial(one, collection, scope, [vector], k=k, min_similarity=min_similarity, now=now)
+                for vector in vectors]  # fmt: skip
+        return [row for [row] in await self._io.gather(jobs)]
+
+    @operation
     async def scan(
         self,
         collection: str,
@@ -262,7 +282,7 @@ class PineconeBackend(Backend):
         after = None if cursor is None else _scan.decode_cursor(cursor)
         start = None if after is None else ("$lte" if newest_first else "$gte", after[0])
         where = query_filter(scope, filters, now=now, timestamp_from=start)
-        rows: list[Vector] = []
+        rows: list[StoredVector] = []
         async for page in self._io.matching(self._namespace(collection), where):
             rows += [v for v in page.values() if record_id_of(v.metadata) is not None]
         return _scan.page_of(rows, after, limit=limit, newest_first=newest_first)

@@ -79,21 +79,25 @@ class PineconeSearch:
         """Every row in scope, its similarity computed here from its stored vector (read once per query)."""
         if self._whole is None:
             ids: list[str] = []
-            rows: list[tuple[float, float, float, float | None]] = []
+            metadata: list[Mapping[str, Any]] = []
+            values: list[Sequence[float]] = []
             async for page in self._io.matching(self._namespace, self._where):
                 for stored in page.values():
-                    record_id = record_id_of(stored.metadata)
-                    if record_id is not None and stored.metadata is not None:
+                    if stored.metadata is not None and (record_id := record_id_of(stored.metadata)) is not None:
                         ids.append(record_id)
-                        rows.append(_numbers(stored.metadata, self._similarity(stored.values, stored.metadata)))
+                        metadata.append(stored.metadata)
+                        values.append(stored.values)
+            similarity = self._similarities(values, metadata)
             self._whole = Candidates()
-            self._whole.add(ids, numbers_table(rows))
+            self._whole.add(ids, numbers_table([_numbers(m, s) for m, s in zip(metadata, similarity, strict=True)]))
         return self._whole
 
-    def _similarity(self, values: Sequence[float], metadata: Mapping[str, Any]) -> float:
-        """Cosine similarity, as Pinecone's cosine metric scores it."""
-        if self._vector is None or metadata.get("_nov") or not values:
-            return 0.0
-        stored = np.asarray(values, np.float64)
-        norms = float(np.linalg.norm(stored) * np.linalg.norm(self._vector))
-        return float(stored @ self._vector) / norms if norms > 0 else 0.0
+    def _similarities(self, values: list[Sequence[float]], metadata: list[Mapping[str, Any]]) -> list[float]:
+        """Cosine similarity, as Pinecone's cosine metric scores it, in one matrix product (0 for no vector)."""
+        if self._vector is None or not values:
+            return [0.0] * len(values)
+        stored = np.asarray(values, np.float64).reshape(len(values), -1)
+        norms = np.linalg.norm(stored, axis=1) * float(np.linalg.norm(self._vector))
+        similarity = (stored @ self._vector) / np.where(norms > 0, norms, 1.0)
+        similarity[[bool(m.get("_nov")) for m in metadata]] = 0.0
+        return similarity.tolist()  # type: ignore[no-any-return]
