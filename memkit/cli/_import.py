@@ -9,7 +9,8 @@ the position is saved beside the file: an import stopped half way continues ther
 
 This is a restore, not ``store_many``: near-duplicates are not merged, and memories go in as they were
 exported (ids, times, access counts). Writing records directly is what lets 100k pre-embedded memories go
-in at the backend's own write rate.
+in at the backend's own write rate. One task reads and checks the next batch (in a worker thread) while
+the current one is written.
 """
 
 from __future__ import annotations
@@ -17,114 +18,23 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import IO, Any
 
 import anyio.to_thread
-import msgspec
+from anyio.abc import ObjectSendStream
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from memkit.cli._jsonl import FORMAT_VERSION, Header, Line, ResumeFile, file_identity, vector_of
+from memkit.cli._jsonl import Header, ResumeFile, file_identity
+from memkit.cli._lines import Parsed, read_batch, read_header
 from memkit.cli._output import CliError, ExitCode, print_json
 from memkit.cli._store import open_store
 
 __all__ = ["import_file"]
 
-BATCH = 2_000
 _SHOWN = 50
 """Bad lines printed one by one; the rest are counted (``--json`` lists them all)."""
-_decode_line = msgspec.json.Decoder(Line).decode
-_decode_header = msgspec.json.Decoder(Header).decode
-
-
-class Parsed(NamedTuple):
-    items: list[tuple[Any, Any]]
-    """(Memory, unit vector or None) of each good line."""
-    bad: list[tuple[int, str]]
-    offset: int
-    line: int
-
-
-def _memory(line: Line, now: datetime, max_chars: int) -> Any:
-    """The line as a Memory, checked by the library's own rules (they raise the library's errors)."""
-    from memkit._validation import check_content, check_importance, check_metadata, check_moment, check_text
-    from memkit.backend import Scope
-    from memkit.layers.longterm import Memory
-    from memkit.layers.longterm._codec import memory_id
-
-    if line.user_id is None and line.agent_id is None:
-        raise ValueError("a memory needs a user_id or an agent_id")
-    for name in ("user_id", "agent_id", "session_id"):
-        if getattr(line, name) is not None:
-            check_text(getattr(line, name), name)
-    scope = Scope(user_id=line.user_id, agent_id=line.agent_id, session_id=line.session_id)
-    content = check_content(line.content, max_chars)
-    created = now if line.created_at is None else check_moment(line.created_at, "created_at")
-    if line.access_count < 0:
-        raise ValueError(f"access_count must be >= 0, got {line.access_count}")
-    return Memory(
-        id=memory_id(scope, content) if line.id is None else check_text(line.id, "id"),
-        scope=scope, kind=check_text(line.kind, "kind"), content=content,
-        importance=check_importance(line.importance),
-        source=None if line.source is None else check_text(line.source, "source"),
-        created_at=created,
-        updated_at=created if line.updated_at is None else check_moment(line.updated_at, "updated_at"),
-        expires_at=None if line.expires_at is None else check_moment(line.expires_at, "expires_at"),
-        last_accessed_at=None if line.last_accessed_at is None else check_moment(line.last_accessed_at,
-                                                                                  "last_accessed_at"),
-        access_count=line.access_count, metadata=check_metadata(line.metadata),
-        context=None if line.context is None else check_content(line.context, max_chars, "context"),
-    )  # fmt: skip
-
-
-def _parse(raw: bytes, dim: int | None, now: datetime, max_chars: int) -> tuple[Any, Any]:
-    from memkit.errors import ScopeError, ValidationError
-
-    try:
-        line = _decode_line(raw)
-        memory = _memory(line, now, max_chars)
-        vector = None if line.vector is None or dim is None else vector_of(line.vector, dim)
-    except (msgspec.DecodeError, ValidationError, ScopeError, ValueError) as exc:  # msgspec's type errors too
-        raise ValueError(str(exc)) from None
-    return memory, vector
-
-
-def read_batch(handle: IO[bytes], line: int, dim: int | None, max_chars: int) -> Parsed:
-    """Up to ``BATCH`` lines from where ``handle`` is, each decoded and checked (run in a worker thread)."""
-    now = datetime.now(UTC)
-    items: list[tuple[Any, Any]] = []
-    bad: list[tuple[int, str]] = []
-    while len(items) + len(bad) < BATCH:
-        raw = handle.readline()
-        if not raw:
-            break
-        line += 1
-        if not raw.strip():
-            continue
-        try:
-            items.append(_parse(raw, dim, now, max_chars))
-        except ValueError as exc:
-            bad.append((line, str(exc)))
-    return Parsed(items, bad, handle.tell(), line)
-
-
-def read_header(handle: IO[bytes]) -> Header | None:
-    """The header when the first line is one (the handle is then past it), else None (and rewound)."""
-    first = handle.readline()
-    try:
-        header = _decode_header(first)
-    except msgspec.DecodeError:
-        handle.seek(0)
-        return None
-    if header.memkit_export != FORMAT_VERSION:
-        raise CliError(f"the file is in export format {header.memkit_export}; this memkit reads format "
-                       f"{FORMAT_VERSION}", "export it again with this version", ExitCode.BAD_INPUT)  # fmt: skip
-    if (header.model_id is None) != (header.dim is None) or (header.dim is not None and header.dim < 1):
-        raise CliError("the header names a model without a positive dim (or a dim without a model)", None,
-                       ExitCode.BAD_INPUT)  # fmt: skip
-    return header
 
 
 class _Report:
@@ -140,34 +50,42 @@ class _Report:
             self.bad.append((number, error))
 
 
-async def _write(mem: Any, parsed: Parsed, trusted: bool, report: _Report) -> None:
+async def _write(mem: Any, parsed: Parsed, report: _Report) -> None:
     """Embed what has no usable vector, then write the batch in one upsert."""
     from memkit.layers._embedding import embed_texts
     from memkit.layers.longterm._codec import index_text, to_record
 
-    items = parsed.items
-    missing = [at for at, (_, vector) in enumerate(items) if vector is None or not trusted]
+    records = list(parsed.records)
+    missing = [at for at, record in enumerate(records) if record is None]
     if missing:
-        vectors = await embed_texts(mem.embedder, [index_text(items[at][0]) for at in missing])
+        vectors = await embed_texts(mem.embedder, [index_text(parsed.memories[at]) for at in missing])
         for at, vector in zip(missing, vectors, strict=True):
-            items[at] = (items[at][0], vector)
+            records[at] = to_record(parsed.memories[at], vector)
         report.embedded += len(missing)
-    records = await anyio.to_thread.run_sync(lambda: [to_record(m, v) for m, v in items])
     if records:
         await mem.backend.upsert(mem.long_term.config.collection, records)
     report.imported += len(records)
 
 
-async def _loop(handle: IO[bytes], line: int, *, dim: int | None, max_chars: int, report: _Report,
-                write: Callable[[Parsed], Awaitable[None]]) -> None:  # fmt: skip
-    while True:
-        parsed = await anyio.to_thread.run_sync(read_batch, handle, line, dim, max_chars)
-        report.add_bad(parsed.bad)
-        if not parsed.items and not parsed.bad:
-            return
-        await write(parsed)
-        report.progress.update(parsed.offset - report.progress.n)
-        line = parsed.line
+async def _read(handle: IO[bytes], line: int, send: ObjectSendStream[Parsed], **options: Any) -> None:
+    async with send:
+        while True:
+            parsed = await anyio.to_thread.run_sync(partial(read_batch, handle, line, **options))
+            if not parsed.memories and not parsed.bad:
+                return
+            await send.send(parsed)
+            line = parsed.line
+
+
+async def _pipeline(handle: IO[bytes], line: int, report: _Report, write: Any, **options: Any) -> None:
+    """Batches read and checked one ahead of ``write``, which sees them in order."""
+    send, receive = anyio.create_memory_object_stream[Parsed](max_buffer_size=1)
+    async with anyio.create_task_group() as group, receive:
+        group.start_soon(partial(_read, handle, line, send, **options))
+        async for parsed in receive:
+            report.add_bad(parsed.bad)
+            await write(parsed)
+            report.progress.update(parsed.offset - report.progress.n)
 
 
 async def _run(args: argparse.Namespace, handle: IO[bytes], line: int, *, header: Header | None, report: _Report,
@@ -179,25 +97,25 @@ async def _run(args: argparse.Namespace, handle: IO[bytes], line: int, *, header
     if args.check:  # no store: the rules alone
 
         async def count(parsed: Parsed) -> None:
-            report.imported += len(parsed.items)
+            report.imported += len(parsed.memories)
 
-        return await _loop(handle, line, dim=dim, max_chars=LongTermConfig().max_content_chars, report=report,
-                           write=count)  # fmt: skip
+        max_chars = LongTermConfig().max_content_chars
+        return await _pipeline(handle, line, report, count, dim=dim, max_chars=max_chars, use_vectors=True)
     async with open_store(args.url, embedder=args.embedder, create=True, hint=identity) as mem:
         store_identity = (mem.embedder.model_id, mem.embedder.dim)
-        trusted = identity == store_identity and not args.reembed
         if identity is not None and identity != store_identity:
             report.progress.write(f"the file's vectors are {identity[0]!r}, the store's {store_identity[0]!r}: "
                                   "embedding every memory again", file=sys.stderr)  # fmt: skip
 
         async def write(parsed: Parsed) -> None:
-            await _write(mem, parsed, trusted, report)
+            await _write(mem, parsed, report)
             if state is not None:
                 position = {"offset": parsed.offset, "line": parsed.line, "imported": report.imported}
                 await anyio.to_thread.run_sync(state.save, position)
 
-        await _loop(handle, line, dim=dim, max_chars=mem.long_term.config.max_content_chars, report=report,
-                    write=write)  # fmt: skip
+        use = identity == store_identity and not args.reembed
+        await _pipeline(handle, line, report, write, dim=dim, max_chars=mem.long_term.config.max_content_chars,
+                        use_vectors=use)  # fmt: skip
 
 
 def _start(path: Path, saved: dict[str, Any] | None) -> tuple[IO[bytes], Header | None, int, int]:

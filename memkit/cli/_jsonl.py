@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import os
 from datetime import datetime
 from pathlib import Path
@@ -27,7 +28,7 @@ import numpy as np
 
 from memkit.cli._output import CliError, ExitCode
 
-__all__ = ["FORMAT_VERSION", "Header", "Line", "ResumeFile", "encode_vector", "vector_of"]
+__all__ = ["FORMAT_VERSION", "Header", "Line", "ResumeFile", "encode_vector", "raw_vector", "unit_rows"]
 
 FORMAT_VERSION = 1
 _UNIT = 1e-4
@@ -65,8 +66,8 @@ def encode_vector(vector: Any) -> str:
     return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
 
 
-def vector_of(value: str | list[float], dim: int) -> np.ndarray:
-    """The line's vector as float32, checked for its length and finite, non-zero values."""
+def raw_vector(value: str | list[float], dim: int) -> np.ndarray:
+    """The line's vector as float32 of the header's length (its values are checked per batch: ``unit_rows``)."""
     if isinstance(value, str):
         try:
             vector = np.frombuffer(base64.b64decode(value, validate=True), dtype="<f4")
@@ -76,12 +77,26 @@ def vector_of(value: str | list[float], dim: int) -> np.ndarray:
         vector = np.asarray(value, dtype=np.float32)
     if vector.shape != (dim,):
         raise ValueError(f"vector has {vector.size} values; the header's model has dim {dim}")
-    norm = float(np.linalg.norm(vector))
-    if not np.isfinite(norm) or norm == 0.0:
-        raise ValueError("vector has NaN, infinite or only zero values")
-    if abs(norm - 1.0) <= _UNIT:
-        return vector  # exported vectors are unit already: kept bit for bit
-    return (vector / norm).astype(np.float32)
+    return vector
+
+
+def unit_rows(vectors: list[np.ndarray]) -> tuple[list[np.ndarray], list[str | None]]:
+    """Each vector as a unit vector, or the reason it cannot be one; norms computed for the batch at once."""
+    if not vectors:
+        return [], []
+    matrix = np.stack(vectors)
+    with np.errstate(over="ignore", invalid="ignore"):
+        norms = np.linalg.norm(matrix, axis=1)
+    rows: list[np.ndarray] = []
+    problems: list[str | None] = []
+    for vector, norm in zip(vectors, norms.tolist(), strict=True):
+        if not math.isfinite(norm) or norm == 0.0:  # a NaN or infinite value makes the norm so
+            rows.append(vector)
+            problems.append("vector has NaN, infinite or only zero values")
+        else:  # exported vectors are unit already: kept bit for bit
+            rows.append(vector if abs(norm - 1.0) <= _UNIT else (vector / norm).astype(np.float32))
+            problems.append(None)
+    return rows, problems
 
 
 class ResumeFile:

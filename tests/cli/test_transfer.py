@@ -185,3 +185,11 @@ def test_python_m_memkit_cli_still_runs() -> None:
     out = subprocess.run([sys.executable, "-m", "memkit.cli", "--version"], capture_output=True, text=True,
                          timeout=60, check=True)  # fmt: skip
     assert out.stdout.startswith("memkit ")
+
+
+def test_the_transfer_benchmark_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "transfer.json"
+    subprocess.run([sys.executable, "-m", "benchmarks.transfer", "--n", "3000", "--json", str(out)],
+                   check=True, capture_output=True, timeout=600)  # fmt: skip
+    figures = json.loads(out.read_text())
+    assert figures["n"] == 3000 and figures["import_per_s"] > 0 and figures["export_per_s"] > 0

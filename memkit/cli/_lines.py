@@ -1,0 +1,136 @@
+"""Checking import lines: each decoded and held to the library's rules, in batches, off the event loop.
+
+Only ``memkit import`` loads this module, so it imports the library's internals at the top: a batch of
+2,000 lines runs these functions 2,000 times, and an import inside them cost a lookup each time.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import IO, Any, NamedTuple
+
+import msgspec
+
+from memkit._validation import check_content, check_importance, check_metadata, check_moment, check_text
+from memkit.backend import Record, Scope
+from memkit.cli._jsonl import FORMAT_VERSION, Header, Line, raw_vector, unit_rows
+from memkit.cli._output import CliError, ExitCode
+from memkit.errors import ScopeError, ValidationError
+from memkit.layers.longterm import Memory
+from memkit.layers.longterm._codec import memory_id, to_record
+
+__all__ = ["BATCH", "Parsed", "read_batch", "read_header"]
+
+BATCH = 2_000
+_decode_line = msgspec.json.Decoder(Line).decode
+_decode_header = msgspec.json.Decoder(Header).decode
+
+
+class Parsed(NamedTuple):
+    memories: list[Memory]
+    """The good lines' memories, in order."""
+    vectors: list[Any]
+    """Each memory's unit vector, or None where the line had none (or the file's vectors are not used)."""
+    records: list[Record | None]
+    """Each memory's record, built here when its vector is used (else None: it is embedded first)."""
+    bad: list[tuple[int, str]]
+    offset: int
+    line: int
+
+
+def _moment(value: datetime | None, what: str) -> datetime | None:
+    return None if value is None else check_moment(value, what)
+
+
+def _memory(line: Line, now: datetime, max_chars: int) -> Memory:
+    """The line as a Memory, checked by the library's own rules (they raise the library's errors)."""
+    if line.user_id is None and line.agent_id is None:
+        raise ValueError("a memory needs a user_id or an agent_id")
+    for name, value in (("user_id", line.user_id), ("agent_id", line.agent_id), ("session_id", line.session_id)):
+        if value is not None:
+            check_text(value, name)
+    scope = Scope(user_id=line.user_id, agent_id=line.agent_id, session_id=line.session_id)
+    content = check_content(line.content, max_chars)
+    created = _moment(line.created_at, "created_at") or now
+    if line.access_count < 0:
+        raise ValueError(f"access_count must be >= 0, got {line.access_count}")
+    return Memory(
+        id=memory_id(scope, content) if line.id is None else check_text(line.id, "id"),
+        scope=scope, kind=check_text(line.kind, "kind"), content=content,
+        importance=check_importance(line.importance),
+        source=None if line.source is None else check_text(line.source, "source"),
+        created_at=created, updated_at=_moment(line.updated_at, "updated_at") or created,
+        expires_at=_moment(line.expires_at, "expires_at"),
+        last_accessed_at=_moment(line.last_accessed_at, "last_accessed_at"),
+        access_count=line.access_count, metadata=check_metadata(line.metadata),
+        context=None if line.context is None else check_content(line.context, max_chars, "context"),
+    )  # fmt: skip
+
+
+def _parse(raw: bytes, dim: int | None, now: datetime, max_chars: int) -> tuple[Memory, Any]:
+    try:
+        line = _decode_line(raw)
+        memory = _memory(line, now, max_chars)
+        vector = None if line.vector is None or dim is None else raw_vector(line.vector, dim)
+    except (msgspec.DecodeError, ValidationError, ScopeError, ValueError) as exc:  # msgspec's type errors too
+        raise ValueError(str(exc)) from None
+    return memory, vector
+
+
+def read_batch(handle: IO[bytes], line: int, *, dim: int | None, max_chars: int, use_vectors: bool) -> Parsed:
+    """Up to ``BATCH`` lines from where ``handle`` is, each decoded and checked (run in a worker thread).
+    ``use_vectors``: the lines' vectors are the store's model's, so their records are built here."""
+    now = datetime.now(UTC)
+    found: list[tuple[int, Memory, Any]] = []
+    bad: list[tuple[int, str]] = []
+    while len(found) + len(bad) < BATCH:
+        raw = handle.readline()
+        if not raw:
+            break
+        line += 1
+        if not raw.strip():
+            continue
+        try:
+            found.append((line, *_parse(raw, dim, now, max_chars)))
+        except ValueError as exc:
+            bad.append((line, str(exc)))
+    good, vectors = _checked_vectors(found, bad, use_vectors)
+    records = [None if v is None else to_record(m, v) for m, v in zip(good, vectors, strict=True)]
+    return Parsed(good, vectors, records, sorted(bad), handle.tell(), line)
+
+
+def _checked_vectors(
+    found: list[tuple[int, Memory, Any]], bad: list[tuple[int, str]], use_vectors: bool
+) -> tuple[list[Memory], list[Any]]:
+    """The memories whose vectors pass (unit rows, checked for the whole batch at once), and their vectors."""
+    if not use_vectors:
+        return [m for _, m, _ in found], [None] * len(found)
+    given = [at for at, (_, _, v) in enumerate(found) if v is not None]
+    rows, problems = unit_rows([found[at][2] for at in given])
+    vectors: list[Any] = [None] * len(found)
+    dropped: set[int] = set()
+    for at, row, problem in zip(given, rows, problems, strict=True):
+        if problem is None:
+            vectors[at] = row
+        else:
+            bad.append((found[at][0], problem))
+            dropped.add(at)
+    keep = [at for at in range(len(found)) if at not in dropped]
+    return [found[at][1] for at in keep], [vectors[at] for at in keep]
+
+
+def read_header(handle: IO[bytes]) -> Header | None:
+    """The header when the first line is one (the handle is then past it), else None (and rewound)."""
+    first = handle.readline()
+    try:
+        header = _decode_header(first)
+    except msgspec.DecodeError:
+        handle.seek(0)
+        return None
+    if header.memkit_export != FORMAT_VERSION:
+        raise CliError(f"the file is in export format {header.memkit_export}; this memkit reads format "
+                       f"{FORMAT_VERSION}", "export it again with this version", ExitCode.BAD_INPUT)  # fmt: skip
+    if (header.model_id is None) != (header.dim is None) or (header.dim is not None and header.dim < 1):
+        raise CliError("the header names a model without a positive dim (or a dim without a model)", None,
+                       ExitCode.BAD_INPUT)  # fmt: skip
+    return header
