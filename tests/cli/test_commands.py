@@ -166,4 +166,4 @@ def test_memkit_url_from_the_environment(tmp_path: Path) -> None:
 def test_bench_lists_the_benchmarks_for_an_unknown_name() -> None:
     result = memkit("bench", "no-such-benchmark")
     assert result.returncode == 2
-    assert "scoring" in result.stderr and "ingest" in result.stderr
+    assert "mcp" in result.stderr and "transfer" in result.stderr and "scoring" in result.stderr

@@ -233,3 +233,11 @@ def test_http_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
 def test_import_memkit_does_not_load_mcp() -> None:
     code = "import sys, memkit, memkit.cli; assert 'mcp' not in sys.modules, sorted(sys.modules)"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_the_mcp_benchmark_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "mcp.json"
+    command = [sys.executable, "-m", "benchmarks.mcp", "--n", "200", "--calls", "20", "--json", str(out)]
+    subprocess.run(command, check=True, capture_output=True, timeout=600, env=_env())
+    figures = json.loads(out.read_text())
+    assert figures["n"] == 200 and figures["mcp_recall_p50_ms"] > 0 and figures["inprocess_recall_p50_ms"] > 0

@@ -1,0 +1,83 @@
+"""``memkit import`` and ``memkit export`` of pre-embedded memories into and out of SQLite.
+
+    python -m benchmarks.transfer --json out/transfer.json [--n 100000]
+
+A JSON Lines file of n memories of 100 users (8 Zipf-distributed words each, the ingest benchmark's corpus)
+with their vectors (dim 384, base64 float32, as ``memkit export --vectors`` writes them) is imported into a
+new SQLite file by the command itself, in a subprocess, as a user runs it; then the store is exported back
+with its vectors. Figures:
+
+- ``import_per_s``: memories per second by the command's own clock (open, read, check every line, write
+  in batches of 2,000, save the resume position after each); ``import_wall_per_s`` counts the whole
+  process too (interpreter start, imports).
+- ``export_per_s``: the same for ``memkit export --vectors`` of the imported store.
+
+Target: ``import_per_s`` >= 20,000 at n = 100,000 (issue 16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from tqdm import tqdm
+
+from ._report import machine_info, print_table, write_json
+from .ingest import corpus
+
+MODEL = "benchmark-clustered-384"
+"""The vectors' model: not one memkit can load, so nothing is embedded again (and nothing could be)."""
+
+
+def write_file(path: Path, n: int) -> None:
+    from memkit.cli._jsonl import Header, Line, encode_vector
+
+    items, vectors = corpus(n)
+    encode = msgspec.json.Encoder().encode
+    with path.open("wb") as handle, tqdm(total=n, desc="writing the JSON Lines file", unit="memory") as progress:
+        handle.write(encode(Header(memkit_export=1, model_id=MODEL, dim=384)) + b"\n")
+        for at in range(0, n, 10_000):
+            chunk = items[at : at + 10_000]
+            handle.write(b"".join(encode(Line(content=text, user_id=user, vector=encode_vector(vectors[text])))
+                                  + b"\n" for user, text in chunk))  # fmt: skip
+            progress.update(len(chunk))
+
+
+def run(*args: str) -> tuple[dict[str, Any], float]:
+    """``memkit ARGS --json`` in a subprocess (its progress bar on this terminal): its figures, wall seconds."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "memkit", *args, "--json"], stdout=subprocess.PIPE, env=env,
+                          check=True)  # fmt: skip
+    return json.loads(done.stdout), time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
+    parser.add_argument("--n", type=int, default=100_000, help="memories in the file (default 100,000)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        source, url = Path(tmp) / "memories.jsonl", f"sqlite:///{Path(tmp) / 'imported.db'}"
+        write_file(source, args.n)
+        imported, import_wall = run("import", str(source), "--url", url)
+        assert imported["imported"] == args.n and not imported["bad"] and imported["embedded"] == 0, imported
+        exported, export_wall = run("export", str(Path(tmp) / "out.jsonl"), "--vectors", "--url", url)
+        assert exported["exported"] == args.n, exported
+        row = {"n": args.n, "file_mb": source.stat().st_size / 1e6,
+               "import_per_s": args.n / imported["seconds"], "import_wall_per_s": args.n / import_wall,
+               "export_per_s": args.n / exported["seconds"], "export_wall_per_s": args.n / export_wall}  # fmt: skip
+    print_table([row], list(row))
+    write_json(args.json_path, {**row, "target_import_per_s": 20_000, "machine": machine_info()})
+
+
+if __name__ == "__main__":
+    main()
