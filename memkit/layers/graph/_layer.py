@@ -13,6 +13,7 @@ from memkit._time import now_epoch
 from memkit._validation import MAX_ID_CHARS, check_content, check_int, check_moment, check_text
 from memkit.backend import Backend, Scope
 from memkit.errors import NotFoundError, ScopeError, ValidationError
+from memkit.layers._cas import KeyedLocks
 from memkit.layers.graph._codec import (
     LIVE,
     OWNER,
@@ -73,6 +74,7 @@ class KnowledgeGraph:
         self.backend = backend
         self.config = config or GraphConfig()
         self.llm = llm
+        self._locks = KeyedLocks()
 
     async def setup(self) -> None:
         await self.backend.ensure_collection(self.config.nodes_collection, None)
@@ -83,7 +85,7 @@ class KnowledgeGraph:
 
     def _writer(self, user_id: str | None, agent_id: str | None) -> GraphWriter:
         scope = _owner(user_id, agent_id)
-        return GraphWriter(self.backend, self.config, owner_key(scope), scope, now_epoch())
+        return GraphWriter(self.backend, self.config, self._locks, owner=owner_key(scope), scope=scope, now=now_epoch())
 
     # -- writes -----------------------------------------------------------------------------------------
     async def upsert(

@@ -15,7 +15,7 @@ from typing import Final
 
 from memkit._concurrency import gather_bounded
 from memkit.backend import FilterValue, Record, RecordStore, Scope
-from memkit.layers._cas import merge_record
+from memkit.layers._cas import KeyedLocks, merge_record
 from memkit.layers.graph._codec import (
     OWNER,
     EdgeBody,
@@ -48,8 +48,10 @@ Build = Callable[[Record | None], Record | None]
 class GraphWriter:
     """The writes of one graph (one owner) in one call."""
 
-    def __init__(self, store: RecordStore, config: GraphConfig, owner: str, scope: Scope, now: float) -> None:
-        self.store, self.config, self.owner, self.scope, self.now = store, config, owner, scope, now
+    def __init__(
+        self, store: RecordStore, config: GraphConfig, locks: KeyedLocks, *, owner: str, scope: Scope, now: float
+    ) -> None:
+        self.store, self.config, self.locks, self.owner, self.scope, self.now = store, config, locks, owner, scope, now
         self.functional = frozenset(normal_relation(r) for r in config.functional)
 
     # -- resolution -------------------------------------------------------------------------------------
@@ -192,6 +194,12 @@ class GraphWriter:
         a read-merge-write loop for each record another writer changed meanwhile. The stored record of each id."""
         if not builds:
             return {}
+        async with self.locks.holding(f"{collection}\x00{target}" for target, _ in builds):
+            return await self._merge_locked(collection, builds, known)
+
+    async def _merge_locked(
+        self, collection: str, builds: Sequence[tuple[str, Build]], known: dict[str, Record] | None
+    ) -> dict[str, Record]:
         if known is None:  # else the caller read them: an id it did not find is absent (a first guess only)
             known = {r.id: r for r in await self.store.get(collection, [t for t, _ in builds], self.scope)}
         stored: dict[str, Record] = {}
