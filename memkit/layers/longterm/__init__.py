@@ -9,6 +9,7 @@ from memkit.layers.longterm._records import (
     MemoryPage,
     RecallHit,
     StoreResult,
+    SupersedeResult,
 )
 from memkit.layers.longterm._writes import NewMemory
 
@@ -22,4 +23,5 @@ __all__ = [
     "NewMemory",
     "RecallHit",
     "StoreResult",
+    "SupersedeResult",
 ]

@@ -26,11 +26,13 @@ from memkit.layers.longterm._records import Memory, MemoryKind, RecallHit
 from memkit.text import normalize_for_dedupe
 
 __all__ = [
+    "SUPERSEDED_BY",
     "decode",
     "dedupe_key",
     "expiry",
     "filters",
     "index_text",
+    "is_superseded",
     "memory_id",
     "merge",
     "record_fields",
@@ -38,6 +40,9 @@ __all__ = [
     "to_record",
     "turn_memories",
 ]
+
+SUPERSEDED_BY = "superseded_by"
+"""The record field of a superseded memory (the id of its successor); current memories have none."""
 
 _encode_memory = msgspec.json.Encoder().encode
 _decode_memory = msgspec.json.Decoder(Memory).decode
@@ -94,7 +99,14 @@ def record_fields(memory: Memory) -> dict[str, FieldValue | tuple[str, ...]]:
     thread, position = memory.metadata.get("thread"), memory.metadata.get("position")
     if memory.kind == "turn" and isinstance(thread, str) and isinstance(position, int):
         fields[TURN_KEY] = turn_key(thread_id(memory.scope, thread), position)
+    if memory.superseded_by is not None:
+        fields[SUPERSEDED_BY] = memory.superseded_by
     return fields
+
+
+def is_superseded(record: Record) -> bool:
+    """Read from the record's fields, so a check never decodes the body."""
+    return SUPERSEDED_BY in record.fields
 
 
 def index_text(memory: Memory) -> str:

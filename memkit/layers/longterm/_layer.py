@@ -41,11 +41,20 @@ from memkit.layers._embedding import claim_collection, embed_texts
 from memkit.layers._keys import scope_key
 from memkit.layers._turns import Turn, check_turn, turn_content
 from memkit.layers.longterm._access import AccessTracker
-from memkit.layers.longterm._codec import decode, expiry, index_text, to_hit, to_record, turn_memories
+from memkit.layers.longterm._codec import decode, dedupe_key, expiry, index_text, to_hit, to_record, turn_memories
 from memkit.layers.longterm._codec import filters as build_filters
 from memkit.layers.longterm._conversation import claim_positions, forget_thread_states, remove_turn_text
+from memkit.layers.longterm._history import current_only, history, mark_superseded
 from memkit.layers.longterm._ranking import neighbour_rerank, rrf_rerank
-from memkit.layers.longterm._records import LongTermConfig, Memory, MemoryKind, MemoryPage, RecallHit, StoreResult
+from memkit.layers.longterm._records import (
+    LongTermConfig,
+    Memory,
+    MemoryKind,
+    MemoryPage,
+    RecallHit,
+    StoreResult,
+    SupersedeResult,
+)
 from memkit.layers.longterm._writes import NewMemory, plan_memories, store_batch
 
 __all__ = ["LongTermMemory"]
@@ -275,6 +284,63 @@ class LongTermMemory:
             raise NotFoundError(f"memory {memory_id!r} was forgotten while being updated")
         return updated
 
+    async def supersede(
+        self,
+        memory_id: str,
+        content: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        kind: MemoryKind | None = None,
+        importance: float | None = None,
+        source: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        ttl: timedelta | float | None = None,
+        created_at: datetime | None = None,
+        context: str | None = None,
+        all_scopes: bool = False,
+    ) -> SupersedeResult:
+        """Replace a memory by a newer one and keep the old one as history, marked ``superseded_by`` the new
+        one: recall leaves it out unless ``include_superseded=True``, and ``history()`` walks the chain. The
+        new memory is stored like ``store()`` (it may merge into another current memory, never into the old
+        one); kind and importance default to the old memory's. The same text again changes nothing."""
+        old = await self.get(memory_id, user_id=user_id, agent_id=agent_id, session_id=session_id,
+                             all_scopes=all_scopes)  # fmt: skip
+        scope = require_scope(user_id, agent_id, session_id)
+        item = NewMemory(content=content, kind=old.kind if kind is None else kind, source=source,
+                         importance=old.importance if importance is None else importance, metadata=metadata,
+                         ttl=ttl, created_at=created_at, context=context)  # fmt: skip
+        [planned] = plan_memories([item], scope, self.config)
+        if not isinstance(planned, Memory):  # rejected: the old memory still holds
+            return SupersedeResult(new=planned, old=old)
+        if planned.scope == old.scope and dedupe_key(planned.content) == dedupe_key(old.content):
+            return SupersedeResult(new=StoreResult(status="duplicate", memory=old), old=old)
+        vectors = await self._embed([index_text(planned)])
+        async with self._scope_locks(sorted({scope, old.scope}, key=scope_key)):
+            # The new memory first: a failure leaves the old one current, never a pointer to nothing.
+            [[result]] = await store_batch(self.backend, self.config, [([planned], vectors)], self._embed,
+                                           exclude=frozenset({old.id}))  # fmt: skip
+            if result.memory is None or result.memory.id == old.id:
+                return SupersedeResult(new=result, old=old)
+            marked = await mark_superseded(self.backend, self._collection, old.id, old.scope, result.memory.id)
+        return SupersedeResult(new=result, old=old if marked is None else marked)
+
+    async def history(
+        self,
+        memory_id: str,
+        *,
+        user_id: str | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        all_scopes: bool = False,
+    ) -> builtins.list[Memory]:
+        """The memory that holds now in ``memory_id``'s chain of supersessions, then every memory it replaced,
+        most recently replaced first (just the memory itself when nothing was superseded)."""
+        memory = await self.get(memory_id, user_id=user_id, agent_id=agent_id, session_id=session_id,
+                                all_scopes=all_scopes)  # fmt: skip
+        return await history(self.backend, self._collection, memory, memory.scope)
+
     async def forget(
         self,
         memory_id: str,
@@ -382,8 +448,10 @@ class LongTermMemory:
         weights: Weights | None = None,
         as_of: datetime | None = None,
         all_scopes: bool = False,
+        include_superseded: bool = False,
     ) -> builtins.list[RecallHit]:
-        """The ``k`` (default 5) memories that best match ``query``, best first, with per-signal scores."""
+        """The ``k`` (default 5) memories that best match ``query``, best first, with per-signal scores.
+        Superseded memories (see ``supersede``) are left out unless ``include_superseded=True``."""
         scope = read_scope(user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"))
         query_text = check_content(query, self.config.max_content_chars, "query")
         k = check_int(self.config.default_k if k is None else k, "k", 1, self.config.max_k)
@@ -402,7 +470,11 @@ class LongTermMemory:
             min_importance=check_importance(min_importance),
             min_score=-math.inf if threshold is None else float(threshold),
         )  # fmt: skip
-        hits = [to_hit(hit, boost) for hit, boost in await self._rank(backend_query, k)]
+        if check_flag(include_superseded, "include_superseded"):
+            ranked = await self._rank(backend_query, k)
+        else:
+            ranked = await current_only(self._rank, backend_query, k)
+        hits = [to_hit(hit, boost) for hit, boost in ranked]
         if self._access is not None and self.config.track_access and hits:
             self._access.touch(self.backend, self._collection, [hit.memory.id for hit in hits])
         return hits

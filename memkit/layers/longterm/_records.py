@@ -16,7 +16,16 @@ from memkit._time import utcnow
 from memkit.backend import Scope, Weights
 from memkit.errors import ValidationError
 
-__all__ = ["KINDS", "LongTermConfig", "Memory", "MemoryKind", "MemoryPage", "RecallHit", "StoreResult"]
+__all__ = [
+    "KINDS",
+    "LongTermConfig",
+    "Memory",
+    "MemoryKind",
+    "MemoryPage",
+    "RecallHit",
+    "StoreResult",
+    "SupersedeResult",
+]
 
 MemoryKind = str
 """One of ``KINDS`` or any custom string."""
@@ -41,6 +50,10 @@ class Memory(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     context: str | None = None
     """Neighbouring text (e.g. the previous conversation turn) indexed for recall, not shown as content."""
+    superseded_by: str | None = None
+    """The id of the memory that replaced this one (``supersede``): kept as history, left out of recall
+    unless ``include_superseded=True``."""
+    superseded_at: datetime | None = None
 
 
 class RecallHit(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +100,14 @@ class StoreResult(msgspec.Struct, frozen=True, kw_only=True):
     status: Literal["stored", "merged", "duplicate", "rejected"]
     memory: Memory | None
     reason: str | None = None
+
+
+class SupersedeResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``supersede`` did: how the new memory was stored, and the old memory as it is now (marked
+    ``superseded_by`` the new one, or unchanged when nothing replaced it: the same text, or rejected)."""
+
+    new: StoreResult
+    old: Memory
 
 
 class MemoryPage(msgspec.Struct, frozen=True, kw_only=True):

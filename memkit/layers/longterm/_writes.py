@@ -5,7 +5,8 @@ text (``memory_id``), so one ``get`` per batch finds those already stored, and t
 the same sentence at once write one record. Memories whose text changed by a merge keep their id;
 the ``dedupe`` field (its current text's key) finds those, one ``scan`` per scope. Near-duplicates
 (cosine >= ``merge_threshold`` in the same scope) are merged into the stored memory, or, within the
-batch, into the earlier item.
+batch, into the earlier item. A superseded memory is history: it is never a merge target, and the same text
+stored again takes its place as a current memory.
 """
 
 from __future__ import annotations
@@ -32,7 +33,16 @@ from memkit._validation import (
 )
 from memkit.backend import Backend, Record, Scope
 from memkit.errors import ValidationError
-from memkit.layers.longterm._codec import decode, dedupe_key, expiry, index_text, memory_id, merge, to_record
+from memkit.layers.longterm._codec import (
+    decode,
+    dedupe_key,
+    expiry,
+    index_text,
+    is_superseded,
+    memory_id,
+    merge,
+    to_record,
+)
 from memkit.layers.longterm._records import LongTermConfig, Memory, MemoryKind, StoreResult
 
 __all__ = ["Group", "NewMemory", "plan_memories", "store_batch"]
@@ -108,10 +118,11 @@ Group = tuple[list[Memory], list[Any]]
 
 
 async def store_batch(
-    backend: Backend, config: LongTermConfig, groups: list[Group], reembed: Embed
+    backend: Backend, config: LongTermConfig, groups: list[Group], reembed: Embed, exclude: frozenset[str] = frozenset()
 ) -> list[list[StoreResult]]:
     """Store groups of memories, one group per scope (the caller holds every group's write lock), with their
-    vectors, deduplicated; one write for all new memories. Results per group, in order."""
+    vectors, deduplicated; one write for all new memories. Results per group, in order. ``exclude``: ids
+    never merged into (the memory a ``supersede`` replaces, which may be worded almost the same)."""
     collection = config.collection
     if not config.dedupe:
         records = [to_record(m, v) for memories, vectors in groups for m, v in zip(memories, vectors, strict=True)]
@@ -120,7 +131,7 @@ async def store_batch(
     # Scopes are planned side by side: on a server each plan is 3 round trips (at 100k rows on Postgres,
     # 100 scopes one after another were most of a batch); in-process backends never wait, so nothing changes.
     plans = await gather_bounded(
-        [functools.partial(_plan_group, backend, config, memories, vectors) for memories, vectors in groups],
+        [functools.partial(_plan_group, backend, config, memories, vectors, exclude) for memories, vectors in groups],
         limit=_PLANS_AT_ONCE,
     )
     await _write_fresh(backend, collection, plans)
@@ -131,7 +142,9 @@ async def store_batch(
     return [[r if r is not None else StoreResult(status="stored", memory=None) for r in p.results] for p in plans]
 
 
-async def _plan_group(backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any]) -> _Plan:
+async def _plan_group(
+    backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any], exclude: frozenset[str]
+) -> _Plan:
     """Sort one scope's memories into duplicates, merges (into stored memories or earlier items) and new ones."""
     plan = _Plan(results=[None] * len(memories), fresh={}, merges=defaultdict(list))
     stored = await _existing(backend, config.collection, memories)
@@ -142,7 +155,8 @@ async def _plan_group(backend: Backend, config: LongTermConfig, memories: list[M
             plan.results[at] = StoreResult(status="duplicate", memory=stored[key])
         else:
             pending.append(at)
-    near = await _stored_neighbours(backend, config, [memories[i] for i in pending], [vectors[i] for i in pending])
+    near = await _stored_neighbours(backend, config, [memories[i] for i in pending], [vectors[i] for i in pending],
+                                    exclude)  # fmt: skip
     batch = np.stack([vectors[i] for i in pending]) if pending else np.zeros((0, 1), np.float32)
     within = batch @ batch.T  # every pair of the batch, once
     kept = np.zeros(len(pending), bool)  # which positions of ``pending`` were kept as new memories
@@ -170,21 +184,21 @@ async def _existing(backend: Backend, collection: str, memories: list[Memory]) -
     scope, now = memories[0].scope, now_epoch()
     found: dict[str, Memory] = {}
     for record in await backend.get(collection, list(dict.fromkeys(m.id for m in memories)), scope):
-        if record.scope == scope and not record.is_expired(now):
+        if record.scope == scope and not record.is_expired(now) and not is_superseded(record):
             memory = decode(record)
             found[dedupe_key(memory.content)] = memory
     keys = sorted({dedupe_key(m.content) for m in memories} - found.keys())
     if keys:
         page = await backend.scan(collection, scope, filters={"dedupe": tuple(keys)}, limit=2 * len(keys), now=now)
         for record in page.records:
-            if record.scope == scope:
+            if record.scope == scope and not is_superseded(record):
                 memory = decode(record)
                 found.setdefault(dedupe_key(memory.content), memory)
     return found
 
 
 async def _stored_neighbours(
-    backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any]
+    backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any], exclude: frozenset[str]
 ) -> list[str | Memory | None]:
     """Per memory (all of one scope): the stored memory it should merge into (its id), the stored memory itself
     when it holds the same text (an exact duplicate stored by another client meanwhile), or None. One
@@ -202,6 +216,8 @@ async def _stored_neighbours(
         for record_id, _ in row:
             record = records.get(record_id)
             if record is None or record.scope != memory.scope:  # a narrower scope's memory is not this one's
+                continue
+            if record_id in exclude or is_superseded(record):  # history is not merged into
                 continue
             same_text = record.fields.get("dedupe") == dedupe_key(memory.content)
             verdict = decode(record) if same_text else record_id
@@ -235,7 +251,7 @@ async def _create_one(backend: Backend, collection: str, record: Record, plan: _
         return
     found = await backend.get(collection, [record.id])
     existing = found[0] if found else None
-    if existing is None or existing.is_expired(now_epoch()):  # an expired leftover: take its place
+    if existing is None or existing.is_expired(now_epoch()) or is_superseded(existing):  # history: take its place
         await backend.upsert(collection, [record])
     else:
         plan.results[plan.fresh[record.id][0]] = StoreResult(status="duplicate", memory=decode(existing))
