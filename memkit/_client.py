@@ -9,7 +9,6 @@ one background job (writing access statistics) runs as a task of the event loop 
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from collections.abc import Mapping
 from types import TracebackType
@@ -18,6 +17,7 @@ from typing import Literal, Self
 import anyio
 
 from memkit._background import BackgroundTask
+from memkit._config import DEFAULT_URL, ConfigChoice, resolve_config
 from memkit._registry import open_backend
 from memkit._url import StorageURL
 from memkit._validation import check_number
@@ -39,7 +39,6 @@ __all__ = ["DEFAULT_URL", "Memkit"]
 
 log = logging.getLogger("memkit")
 
-DEFAULT_URL = "sqlite:///memkit.db"
 EmbedderChoice = Embedder | Literal["auto", "local", "hashing"]
 LAYERS = ("long_term", "short_term", "working", "episodic", "graph", "tool_cache", "checkpoints")
 _RELEASE_S = 0.25
@@ -62,7 +61,9 @@ class Memkit:
     """``async with Memkit("sqlite:///memories.db") as mem: await mem.long_term.store(...)``.
 
     Or, where start-up and shut-down are separate hooks: ``mem = Memkit(...)``, ``await mem.open()``,
-    later ``await mem.aclose()``. The URL defaults to ``$MEMKIT_URL`` or ``sqlite:///memkit.db``;
+    later ``await mem.aclose()``. What is not given comes from the configuration (``config=PATH``,
+    ``$MEMKIT_CONFIG``, ``./memkit.toml`` or ``[tool.memkit]``, and ``MEMKIT_*`` variables: ``memkit._config``);
+    the URL defaults to ``$MEMKIT_URL`` or ``sqlite:///memkit.db``;
     ``layer_urls={"long_term": ...}`` gives a layer storage of its own. ``short_term=ShortTermConfig(...)``
     sets the sessions' token budget, summariser and tokenizer. ``llm=`` (any ``memkit.llm.LLM``, which the
     caller opens and closes) lets the layers that can use a model do so (episodic lessons, graph extraction);
@@ -76,7 +77,8 @@ class Memkit:
         self,
         url: str | StorageURL | None = None,
         *,
-        embedder: EmbedderChoice = "auto",
+        config: ConfigChoice = None,
+        embedder: EmbedderChoice | None = None,
         long_term: LongTermConfig | None = None,
         short_term: ShortTermConfig | None = None,
         tool_cache: ToolCacheConfig | None = None,
@@ -87,8 +89,15 @@ class Memkit:
         layer_urls: Mapping[str, str | StorageURL] | None = None,
         close_timeout: float = 5.0,
     ) -> None:
+        # Arguments > environment > file > defaults, key by key (memkit/_config.py).
+        cfg = resolve_config(config, url=url, embedder=embedder, llm=llm, layer_urls=layer_urls, long_term=long_term,
+                             short_term=short_term, tool_cache=tool_cache, checkpoints=checkpoints, episodic=episodic,
+                             graph=graph)  # fmt: skip
+        url, embedder, llm, layer_urls, self._owned = cfg.url, cfg.embedder, cfg.llm, cfg.layer_urls, cfg.owned
+        long_term, short_term, tool_cache = cfg.long_term, cfg.short_term, cfg.tool_cache
+        checkpoints, episodic, graph = cfg.checkpoints, cfg.episodic, cfg.graph
         # Only None means "the default": Memkit("") or Memkit(False) once opened ./memkit.db silently.
-        self.url = StorageURL(url if url is not None else os.environ.get("MEMKIT_URL") or DEFAULT_URL)
+        self.url = StorageURL(url)
         urls = _layer_urls(layer_urls, self.url)
         self._close_timeout = check_number(close_timeout, "close_timeout", minimum=0, allow_inf=True)
         if long_term is not None and not isinstance(long_term, LongTermConfig):
@@ -226,6 +235,8 @@ class Memkit:
                 # What is left of the budget; a moment at least, so a backend always starts releasing.
                 with anyio.CancelScope(deadline=max(deadline, anyio.current_time() + _RELEASE_S)):
                     await backend.aclose()
+            for client in self._owned:  # the embedder and model made from the configuration belong to Memkit
+                await client.aclose()
 
     async def __aenter__(self) -> Self:
         return await self.open()
