@@ -32,7 +32,8 @@ def _instructions(scoping: Scoping) -> str:
            if scoping.allow_any_user else f"Every call acts for user {scoping.user_id!r}.")  # fmt: skip
     return ("Long-term memory for this user: remember facts and preferences worth keeping, recall them before "
             "answering, forget what the user asks to forget. Episodes record finished tasks; lessons gives "
-            f"advice from them. Working state and checkpoints hold a task's progress. {who}")  # fmt: skip
+            "advice from them. The knowledge graph holds entities and how they relate. Working state and "
+            f"checkpoints hold a task's progress. {who}")  # fmt: skip
 
 
 def build_server(mem: Memkit, scoping: Scoping) -> MCPServer[Any]:

@@ -293,3 +293,69 @@ async def checkpoint_load(
     state = await app.mem.checkpoints.load(thread_id, info.id, user_id=user)
     return LoadedOut(thread_id=thread_id, checkpoint_id=info.id, created_at=info.created_at.isoformat(),
                      state=msgspec.to_builtins(state))  # fmt: skip
+
+
+# -- knowledge graph ------------------------------------------------------------------------------------
+class EdgeOut(TypedDict):
+    source: str
+    relation: str
+    target: str
+    attributes: dict[str, Any]
+    valid_from: str | None
+    valid_to: str | None
+
+
+def _edge(edge: Any) -> EdgeOut:
+    def moment(value: Any) -> str | None:
+        return None if value is None else str(value.isoformat())
+
+    return EdgeOut(source=edge.source, relation=edge.relation, target=edge.target, attributes=edge.attributes,
+                   valid_from=moment(edge.valid_from), valid_to=moment(edge.valid_to))  # fmt: skip
+
+
+@tool(title="State a relation", layer="graph", idempotent=True)
+async def graph_upsert(
+    app: App,
+    *,
+    source: Annotated[str, Field(description='The entity the relation starts from, e.g. "Ada".')],
+    relation: Annotated[str, Field(description='What links them, e.g. "works_at" or "lives_in".')],
+    target: Annotated[str, Field(description='The entity it points to, e.g. "Acme".')],
+    attributes: Metadata = None,
+    source_type: Annotated[str | None, Field(description='The source\'s type, e.g. "person".')] = None,
+    target_type: Annotated[str | None, Field(description='The target\'s type, e.g. "company".')] = None,
+    user_id: UserId = None,
+) -> EdgeOut:
+    """Record that source -[relation]-> target in the user's knowledge graph (either entity is created when
+    unknown; a newer value of a one-valued relation such as lives_in ends the old one)."""
+    edge = await app.mem.graph.upsert_edge(source, relation, target, attributes=attributes, source_type=source_type,
+                                           target_type=target_type, user_id=app.scoping.user(user_id))  # fmt: skip
+    return _edge(edge)
+
+
+class NodeOut(TypedDict):
+    name: str
+    type: str | None
+    attributes: dict[str, Any]
+
+
+class SubgraphOut(TypedDict):
+    root: str
+    nodes: list[NodeOut]
+    edges: list[EdgeOut]
+    truncated: bool
+
+
+@tool(title="What is related to an entity", layer="graph", read_only=True)
+async def graph_related(
+    app: App,
+    *,
+    name: Annotated[str, Field(description="The entity to start from (a name or one of its aliases).")],
+    depth: Annotated[int | None, Field(description="How many hops (default 2).")] = None,
+    relations: Annotated[list[str] | None, Field(description="Follow only these relations.")] = None,
+    user_id: UserId = None,
+) -> SubgraphOut:
+    """The entities and relations within a few hops of an entity in the user's knowledge graph, holding now."""
+    found = await app.mem.graph.related(name, depth=depth, relations=relations, user_id=app.scoping.user(user_id))
+    return SubgraphOut(root=found.root.name, nodes=[NodeOut(name=n.name, type=n.type, attributes=n.attributes)
+                                                    for n in found.nodes],
+                       edges=[_edge(e) for e in found.edges], truncated=found.truncated)  # fmt: skip

@@ -22,7 +22,7 @@ pytest.importorskip("mcp")
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TOOLS = {"remember", "recall", "forget", "list_memories", "record_episode", "lessons", "working_set", "working_get",
-         "checkpoint_save", "checkpoint_load"}  # fmt: skip
+         "checkpoint_save", "checkpoint_load", "graph_upsert", "graph_related"}  # fmt: skip
 
 
 def _env() -> dict[str, str]:
@@ -41,16 +41,16 @@ async def stdio_session(url: str, *options: str) -> AsyncIterator[Any]:
         yield session
 
 
-async def call(session: Any, name: str, **arguments: Any) -> Any:
+async def call(session: Any, tool: str, /, **arguments: Any) -> Any:
     """A tool call that must succeed: its structured result."""
-    result = await session.call_tool(name, arguments)
+    result = await session.call_tool(tool, arguments)
     assert not result.is_error, result.content[0].text
     return result.structured_content
 
 
-async def error(session: Any, name: str, **arguments: Any) -> str:
+async def error(session: Any, tool: str, /, **arguments: Any) -> str:
     """A tool call that must fail as a tool error (not a protocol error, not a dead server): its text."""
-    result = await session.call_tool(name, arguments)
+    result = await session.call_tool(tool, arguments)
     assert result.is_error, result.structured_content
     return str(result.content[0].text)
 
@@ -75,6 +75,18 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         }  # fmt: skip
         assert (await call(session, "forget", memory_id=stored["memory_id"]))["forgotten"] is False
         await _episodes_working_checkpoints(session)
+        await _graph(session)
+
+
+async def _graph(session: Any) -> None:
+    edge = await call(session, "graph_upsert", source="Ada", relation="works_at", target="Acme",
+                      source_type="person", target_type="company")  # fmt: skip
+    assert (edge["source"], edge["relation"], edge["target"]) == ("Ada", "works_at", "Acme")
+    await call(session, "graph_upsert", source="Acme", relation="located_in", target="Lisbon")
+    found = await call(session, "graph_related", name="Ada", depth=2)
+    assert found["root"] == "Ada" and {n["name"] for n in found["nodes"]} >= {"Ada", "Acme", "Lisbon"}
+    assert {(e["source"], e["target"]) for e in found["edges"]} == {("Ada", "Acme"), ("Acme", "Lisbon")}
+    assert "NotFoundError" in await error(session, "graph_related", name="Nobody")
 
 
 async def _episodes_working_checkpoints(session: Any) -> None:
@@ -122,7 +134,8 @@ async def test_a_client_cannot_read_another_users_memories(tmp_path: Path) -> No
     async with stdio_session(url, "--user-id", "ada") as session:
         calls = [("recall", {"query": "door code"}), ("list_memories", {}), ("forget", {"memory_id": bob_id}),
                  ("remember", {"content": "x"}), ("working_get", {"task_id": "t"}),
-                 ("checkpoint_load", {"thread_id": "t"})]  # fmt: skip
+                 ("checkpoint_load", {"thread_id": "t"}), ("graph_related", {"name": "Bob"}),
+                 ("graph_upsert", {"source": "Bob", "relation": "knows", "target": "Ada"})]  # fmt: skip
         for name, arguments in calls:
             text = await error(session, name, **arguments, user_id="bob")
             assert "ScopeError" in text and "--allow-any-user" in text, name
