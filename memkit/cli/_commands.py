@@ -145,15 +145,29 @@ async def forget_all(args: argparse.Namespace) -> int:
     async with open_store(args.url, embedder=args.embedder) as mem:
         memories = await mem.backend.count(mem.long_term.config.collection, _scope(args.user_id))
         episodes = await mem.backend.count(mem.episodic.config.collection, _scope(args.user_id))
-        what = f"forget all {memories} memories and {episodes} episodes of user {args.user_id!r} in {mem.url}"
+        what = (f"forget all {memories} memories, {episodes} episodes and the knowledge graph of user "
+                f"{args.user_id!r} in {mem.url}")  # fmt: skip
         await _confirm(args, what)
-        deleted = await mem.long_term.forget_all(user_id=args.user_id)
-        deleted_episodes = await mem.episodic.forget_all(user_id=args.user_id)
+        deleted = {"memories": await mem.long_term.forget_all(user_id=args.user_id),
+                   "episodes": await mem.episodic.forget_all(user_id=args.user_id),
+                   "graph_items": await _forget_graph(mem, args.user_id)}  # fmt: skip
     if args.json:
-        print_json({"user_id": args.user_id, "memories": deleted, "episodes": deleted_episodes})
+        print_json({"user_id": args.user_id, **deleted})
     else:
-        print(f"forgot {deleted} memories and {deleted_episodes} episodes of user {args.user_id!r}")
+        print(f"forgot {deleted['memories']} memories, {deleted['episodes']} episodes and {deleted['graph_items']} "
+              f"graph nodes and edges of user {args.user_id!r}")  # fmt: skip
     return ExitCode.OK
+
+
+async def _forget_graph(mem: Any, user_id: str) -> int:
+    """The user's graph, where this memkit and the store have one."""
+    from memkit.errors import ConfigurationError
+
+    try:
+        graph = mem.graph
+    except (AttributeError, ConfigurationError):
+        return 0
+    return int(await graph.forget_all(user_id=user_id))
 
 
 def _scope(user_id: str) -> Any:

@@ -112,16 +112,30 @@ def test_an_unreachable_server_is_exit_code_4() -> None:
     _short_error(result)
 
 
+def _graph_edge(url: str, user_id: str) -> None:
+    """Ada works at Acme: two nodes and an edge in the user's graph, written through the library."""
+    import anyio
+
+    from memkit import Memkit
+
+    async def write() -> None:
+        async with Memkit(url, embedder="hashing") as mem:
+            await mem.graph.upsert_edge("Ada", "works_at", "Acme", user_id=user_id)
+
+    anyio.run(write)
+
+
 def test_forget_all_asks_first(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "m.db")
     for text in ("likes tea", "likes jazz"):
         ok_json("store", text, "--user-id", "ada", "--url", url, "--embedder", "hashing")
     ok_json("store", "likes rock", "--user-id", "bob", "--url", url)
+    _graph_edge(url, "ada")
     refused = memkit("forget-all", "--user-id", "ada", "--url", url)  # stdin is not a terminal
     assert refused.returncode == 2 and "--yes" in refused.stderr
     assert len(ok_json("list", "--url", url)["memories"]) == 3
     assert ok_json("forget-all", "--user-id", "ada", "--yes", "--url", url) == {
-        "user_id": "ada", "memories": 2, "episodes": 0,
+        "user_id": "ada", "memories": 2, "episodes": 0, "graph_items": 3,
     }  # fmt: skip
     assert [m["scope"]["user_id"] for m in ok_json("list", "--url", url)["memories"]] == ["bob"]
 
