@@ -39,6 +39,8 @@ def _from_environment() -> LLM | None:
     if not any(os.environ.get(name, "").strip() for name in MEMKIT_VARS):
         return None
     named = os.environ.get("MEMKIT_LLM_PROVIDER", "").strip()
+    if named.lower() == "none":  # switched off on purpose, as Memkit's configuration reads it
+        return None
     if named:
         return _client(_provider(named, f"MEMKIT_LLM_PROVIDER={named!r}"), None)
     base = os.environ.get("MEMKIT_LLM_BASE_URL", "")
