@@ -314,7 +314,7 @@ def _build_embedder(spec: tuple[_EmbedderTable, Where] | None, owned: list[_Clos
         return "auto"
     table, where = spec
     try:
-        if table.provider == "local" and (table.model or table.device or table.batch_size):
+        if table.provider == "local" and (table.model, table.device, table.batch_size) != (None, None, None):
             options = _given(device=table.device, batch_size=table.batch_size)
             return CachedEmbedder(LocalEmbedder(table.model, **options))
         if table.provider == "hashing" and table.dim is not None:
@@ -330,7 +330,7 @@ def _build_embedder(spec: tuple[_EmbedderTable, Where] | None, owned: list[_Clos
                      timeout_s=table.timeout_s),
         )  # fmt: skip
     except (ConfigurationError, ValidationError) as exc:
-        raise where.error("embedder", str(exc)) from exc
+        raise where.error("embedder" if where.file else "MEMKIT_EMBEDDER", str(exc)) from exc
     owned.append(client)
     return client
 
@@ -342,7 +342,7 @@ def _llm_spec(value: object, where: Where) -> tuple[_LLMTable, Where] | None:
     env = {key: os.environ.get(f"MEMKIT_LLM_{key.upper()}", "").strip() for key in ("provider", "model", "base_url")}
     if env["provider"] and env["provider"].lower() not in _LLM_PROVIDERS:
         raise Where.ENV.error("MEMKIT_LLM_PROVIDER", f"unknown provider {env['provider']!r}", ", ".join(_LLM_PROVIDERS))
-    table = _LLMTable()
+    table, source = _LLMTable(), Where.ENV
     if value is not None:
         provider = value.get("provider", _infer_provider(value.get("base_url")))
         if provider not in _LLM_PROVIDERS:
@@ -350,17 +350,17 @@ def _llm_spec(value: object, where: Where) -> tuple[_LLMTable, Where] | None:
         for key in value:
             if key not in _LLM_KEYS[provider]:
                 raise where.unknown(f"llm.{key}", _LLM_KEYS[provider], f"for provider {provider!r}")
-        table = where.convert({**value, "provider": provider}, _LLMTable, "llm")
+        table, source = where.convert({**value, "provider": provider}, _LLMTable, "llm"), where
     elif not (any(env.values()) or os.environ.get("MEMKIT_LLM_API_KEY", "").strip()):
         return None  # nothing configures a model: memkit's offline path
     if env["provider"] and table.provider not in (None, env["provider"].lower()):
-        table = _LLMTable()  # the file's model and endpoint were for another provider
+        table, source = _LLMTable(), Where.ENV  # the file's model and endpoint were for another provider
     base_url = env["base_url"] or table.base_url
     provider = env["provider"].lower() or table.provider or _infer_provider(base_url)
     if provider == "none":
         return None
     merged = msgspec.structs.replace(table, provider=provider, model=env["model"] or table.model, base_url=base_url)
-    return merged, where if value is not None else Where.ENV
+    return merged, source
 
 
 def _infer_provider(base_url: object) -> str:
@@ -388,7 +388,7 @@ def _build_llm(spec: tuple[_LLMTable, Where] | None, owned: list[_Closable]) -> 
             extra = _given(structured=table.structured, max_tokens_param=table.max_tokens_param)
             client = OpenAIChat(table.model, **options, **extra)
     except (ConfigurationError, ValidationError) as exc:
-        raise where.error("llm", str(exc)) from exc
+        raise where.error("llm" if where.file else "MEMKIT_LLM_*", str(exc)) from exc
     owned.append(client)
     return client
 
