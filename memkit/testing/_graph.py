@@ -6,9 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import anyio
+import msgspec
 import pytest
 
-from memkit.backend import Backend
+from memkit.backend import Backend, Scope
 from memkit.errors import NotFoundError, ScopeError, ValidationError
 from memkit.layers._base import Layer, missing_capabilities
 from memkit.layers.graph import Edge, GraphConfig, KnowledgeGraph, Node
@@ -92,7 +93,7 @@ class GraphConformance:
         chain = [Edge(source=a, relation="next", target=b) for a, b in ("AB", "BC", "CD", "DA")]  # a cycle
         await g.upsert(edges=[*chain, Edge(source="B", relation="owns", target="X")], user_id="u")
         two = await g.related("A", depth=2, direction="out", user_id="u")
-        assert [n.name for n in two.nodes][0] == "A" and {n.name for n in two.nodes} == {"A", "B", "C", "X"}
+        assert two.nodes[0].name == "A" and {n.name for n in two.nodes} == {"A", "B", "C", "X"}
         assert {two.depth[n.id or ""] for n in two.nodes if n.name in "CX"} == {2}
         assert {n.name for n in (await g.related("A", depth=2, direction="in", user_id="u")).nodes} == {"A", "D", "C"}
         both = await g.related("A", depth=4, user_id="u")
@@ -121,8 +122,9 @@ class GraphConformance:
         await g.upsert_edge("Ada", "works_at", "Globex", user_id="v")
         await g.upsert_edge("Ada", "works_at", "Initech", user_id="u", agent_id="a")
         await g.upsert_edge("Ada", "works_at", "Umbrella", agent_id="a")
-        for scope, employer in (({"user_id": "u"}, "Acme"), ({"user_id": "v"}, "Globex"),
-                                ({"user_id": "u", "agent_id": "a"}, "Initech"), ({"agent_id": "a"}, "Umbrella")):  # fmt: skip
+        owners = [({"user_id": "u"}, "Acme"), ({"user_id": "v"}, "Globex"),
+                  ({"user_id": "u", "agent_id": "a"}, "Initech"), ({"agent_id": "a"}, "Umbrella")]  # fmt: skip
+        for scope, employer in owners:
             sub = await g.related("Ada", depth=3, **scope)  # type: ignore[arg-type]
             assert {n.name for n in sub.nodes} == {"Ada", employer}, scope
             assert employer in await g.to_context("Ada", **scope)  # type: ignore[arg-type]
@@ -132,6 +134,18 @@ class GraphConformance:
             await g.related("Ada")
         assert await g.forget_all(user_id="v") == 3  # two nodes, one edge
         assert await g.resolve("Ada", user_id="v") is None and await g.resolve("Ada", user_id="u") is not None
+
+    async def test_records_of_another_owner_with_our_ids_never_show(self, backend: Backend) -> None:
+        g = await _graph(backend)
+        mine = await g.upsert_edge("Ada", "knows", "Bob", user_id="u")
+        [forged] = await backend.get(g.config.edges_collection, [mine.id or ""])
+        # Another user's record carrying u's node ids in every field a walk or a lookup filters on.
+        intruder = msgspec.structs.replace(forged, id="forged", scope=Scope(user_id="v"),
+                                           body=forged.body.replace(b"Bob", b"Eve"))  # fmt: skip
+        await backend.upsert(g.config.edges_collection, [intruder])
+        sub = await g.related("Ada", user_id="u")
+        assert {e.target for e in sub.edges} == {"Bob"}
+        assert [e.target for e in await g.edges("Ada", user_id="u")] == ["Bob"]
 
     async def test_concurrent_upserts_of_one_node_and_edge_lose_nothing(self, backend: Backend) -> None:
         g = await _graph(backend)
@@ -164,7 +178,7 @@ class GraphConformance:
 
     async def test_bad_input_raises_and_writes_nothing(self, backend: Backend) -> None:
         g = await _graph(backend)
-        naive = datetime(2024, 1, 1)  # noqa: DTZ001  # the point: a datetime without a timezone
+        naive = datetime(2024, 1, 1)  # the point: a datetime without a timezone
         bad = [
             Edge(source="Ada", relation="knows", target="   "),
             Edge(source="Ada", relation="--", target="Bob"),

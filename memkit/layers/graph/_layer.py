@@ -21,6 +21,7 @@ from memkit.layers.graph._codec import (
     decode_node,
     edge_id,
     normal_name,
+    owned_scan,
     owner_key,
     to_edge,
     to_node,
@@ -251,8 +252,8 @@ class KnowledgeGraph:
         kept: builtins.list[Edge] = []
         cursor = None
         while len(kept) < limit:
-            page = await self.backend.scan(self.config.edges_collection, writer.scope, filters=filters, limit=_PAGE,
-                                           cursor=cursor, newest_first=True)  # fmt: skip
+            page = await owned_scan(self.backend, self.config.edges_collection, writer.owner, writer.scope, filters,
+                                    limit=_PAGE, cursor=cursor, newest_first=True)  # fmt: skip
             for record in page.records:
                 edge = to_edge(record.id, decode_edge(record))
                 if include_ended or edge.holds_at(moment or datetime.fromtimestamp(writer.now).astimezone()):
@@ -290,7 +291,8 @@ class KnowledgeGraph:
         root = (await writer.resolve([name])).get(normal_name(name))
         if root is None:
             raise NotFoundError(f"no entity called {name!r} in this graph")
-        return await walk(self.backend, self.config, scope=writer.scope, root=root, limits=limits, now=writer.now)
+        return await walk(self.backend, self.config, owner=writer.owner, scope=writer.scope, root=root, limits=limits,
+                          now=writer.now)  # fmt: skip
 
     async def to_context(
         self,

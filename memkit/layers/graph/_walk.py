@@ -17,7 +17,16 @@ import msgspec
 
 from memkit._concurrency import gather_bounded
 from memkit.backend import FilterValue, Record, RecordStore, Scope
-from memkit.layers.graph._codec import LIVE, EdgeBody, decode_edge, decode_node, holds_at, to_edge, to_node
+from memkit.layers.graph._codec import (
+    LIVE,
+    EdgeBody,
+    decode_edge,
+    decode_node,
+    holds_at,
+    owned_scan,
+    to_edge,
+    to_node,
+)
 from memkit.layers.graph._records import Direction, Edge, GraphConfig, Node, Subgraph
 
 __all__ = ["WalkLimits", "walk"]
@@ -38,7 +47,7 @@ class WalkLimits(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def walk(
-    store: RecordStore, config: GraphConfig, *, scope: Scope, root: Record, limits: WalkLimits, now: float
+    store: RecordStore, config: GraphConfig, *, owner: str, scope: Scope, root: Record, limits: WalkLimits, now: float
 ) -> Subgraph:
     """The neighbourhood of ``root`` within ``limits``: breadth first, ``fan_out`` edges per node and hop."""
     depth = {root.id: 0}
@@ -47,8 +56,8 @@ async def walk(
     truncated = False
     budget = max(limits.fan_out, config.max_edges_per_hop // len(frontier))
     for hop in range(1, limits.depth + 1):
-        calls = [functools.partial(_edges_of, store, config, scope=scope, node=node, limits=limits, now=now,
-                                   budget=budget) for node in frontier]  # fmt: skip
+        calls = [functools.partial(_edges_of, store, config, owner=owner, scope=scope, node=node, limits=limits,
+                                   now=now, budget=budget) for node in frontier]  # fmt: skip
         reached: list[str] = []
         for node, (found, cut) in zip(frontier, await gather_bounded(calls, _SCANS_AT_ONCE), strict=True):
             truncated |= cut
@@ -70,7 +79,15 @@ async def walk(
 
 
 async def _edges_of(
-    store: RecordStore, config: GraphConfig, *, scope: Scope, node: str, limits: WalkLimits, now: float, budget: int
+    store: RecordStore,
+    config: GraphConfig,
+    *,
+    owner: str,
+    scope: Scope,
+    node: str,
+    limits: WalkLimits,
+    now: float,
+    budget: int,
 ) -> tuple[list[tuple[str, EdgeBody]], bool]:
     """The newest ``fan_out`` edges of ``node`` the walk's way that hold at ``as_of`` (now by default); True
     as well when it has more (or reading them ran past ``budget``)."""
@@ -82,8 +99,8 @@ async def _edges_of(
     cursor, read = None, 0
     while True:
         want = max(1, min(_PAGE_MAX, limits.fan_out - len(found) + 1, budget - read))  # one more: are there more?
-        page = await store.scan(config.edges_collection, scope, filters=filters, cursor=cursor, newest_first=True,
-                                limit=want)  # fmt: skip
+        page = await owned_scan(store, config.edges_collection, owner, scope, filters, limit=want, cursor=cursor,
+                                newest_first=True)  # fmt: skip
         read += len(page.records)
         for record in page.records:
             body = decode_edge(record)

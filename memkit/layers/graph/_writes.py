@@ -17,7 +17,6 @@ from memkit._concurrency import gather_bounded
 from memkit.backend import FilterValue, Record, RecordStore, Scope
 from memkit.layers._cas import KeyedLocks, merge_record
 from memkit.layers.graph._codec import (
-    OWNER,
     EdgeBody,
     decode_edge,
     decode_node,
@@ -33,6 +32,7 @@ from memkit.layers.graph._codec import (
     normal_name,
     normal_relation,
     open_since,
+    owned_scan,
 )
 from memkit.layers.graph._records import Edge, GraphConfig, Node
 
@@ -61,15 +61,14 @@ class GraphWriter:
         norms = list(dict.fromkeys(normal_name(n) for n in names))
         by_id = {node_id(self.owner, n): n for n in norms}
         found = {by_id[r.id]: r for r in await self.store.get(self.config.nodes_collection, list(by_id), self.scope)}
-        missing = tuple(n for n in norms if n not in found)
+        missing = {key: n for key, n in by_id.items() if n not in found}
         if missing:
-            filters: dict[str, FilterValue] = {OWNER: self.owner, "names": missing}
-            page = await self.store.scan(self.config.nodes_collection, self.scope, filters=filters,
-                                         limit=_ALIAS_PAGE, newest_first=True)  # fmt: skip
+            page = await owned_scan(self.store, self.config.nodes_collection, self.owner, self.scope,
+                                    {"names": tuple(missing)}, limit=_ALIAS_PAGE, newest_first=True)  # fmt: skip
             for record in page.records:
-                for name in record.fields.get("names", ()):  # type: ignore[union-attr]  # a tuple we wrote
-                    if name in missing and name not in found:
-                        found[name] = record
+                for key in record.fields.get("names", ()):  # type: ignore[union-attr]  # a tuple we wrote
+                    if key in missing and missing[key] not in found:
+                        found[missing[key]] = record
         return found
 
     # -- nodes ------------------------------------------------------------------------------------------
@@ -160,8 +159,8 @@ class GraphWriter:
         members: dict[tuple[str, str], list[tuple[str, EdgeBody]]] = {}
         cursor = None
         while True:
-            page = await self.store.scan(self.config.edges_collection, self.scope, filters=filters, limit=_ALIAS_PAGE,
-                                         cursor=cursor)  # fmt: skip
+            page = await owned_scan(self.store, self.config.edges_collection, self.owner, self.scope, filters,
+                                    limit=_ALIAS_PAGE, cursor=cursor)  # fmt: skip
             for record in page.records:
                 body = decode_edge(record)
                 if (body.src, body.rel) in groups:
