@@ -18,6 +18,7 @@ call, so nothing here sits in the event loop's hot path.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -68,6 +69,10 @@ ENV_VARS: dict[str, str] = {
 """Every variable this module reads (the embedder's MEMKIT_EMBED_* ones are read by OpenAICompatibleEmbedder)."""
 
 _TOP_KEYS = ("url", "embedder", "llm", *LAYER_NAMES)
+_MAY_HAVE_TOOL_MEMKIT = re.compile(
+    rb"""tool["']?\s*\.\s*["']?memkit\b|^\s*["']?memkit["']?\s*[.=]|[{,]\s*["']?memkit["']?\s*[.=]""", re.M
+)
+"""Every way to spell a tool.memkit key ([tool.memkit], tool.memkit.url = ..., memkit = {...} under [tool])."""
 _EMBEDDERS = ("auto", "local", "hashing", "openai")
 _EMBEDDER_KEYS: dict[str, tuple[str, ...]] = {
     "auto": ("provider",),
@@ -228,7 +233,10 @@ def _read_file(config: ConfigChoice) -> tuple[Where, dict[str, Any]]:
         return Where(Path(FILE_NAME)), _parse(Path(FILE_NAME))
     pyproject = Path("pyproject.toml")
     if pyproject.is_file():
-        table = _tool_table(pyproject, _parse(pyproject))
+        raw = _read(pyproject)
+        # tomllib (pure Python) takes ~2 ms for a project's pyproject.toml, paid by every Memkit(); most have no
+        # memkit table, and this finds any spelling of one in microseconds (a false alarm only costs the parse).
+        table = _tool_table(pyproject, _parse(pyproject, raw)) if _MAY_HAVE_TOOL_MEMKIT.search(raw) else None
         if table is not None:
             return Where(pyproject, "tool.memkit."), table
     return Where.ENV, {}
@@ -247,14 +255,20 @@ def _named(path: Path, origin: str) -> tuple[Where, dict[str, Any]]:
     return Where(path, "tool.memkit."), table
 
 
-def _parse(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> bytes:
     try:
-        with path.open("rb") as file:
-            return tomllib.load(file)
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"{path}: cannot be read: {exc}") from exc
+
+
+def _parse(path: Path, raw: bytes | None = None) -> dict[str, Any]:
+    try:
+        return tomllib.loads((_read(path) if raw is None else raw).decode())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigurationError(f"{path}: not valid TOML: {exc}") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigurationError(f"{path}: cannot be read: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigurationError(f"{path}: not UTF-8 text: {exc}") from exc
 
 
 def _tool_table(path: Path, data: dict[str, Any]) -> dict[str, Any] | None:

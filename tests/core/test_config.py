@@ -283,6 +283,28 @@ def test_tool_memkit_in_pyproject() -> None:
     assert config.checkpoints is not None and config.checkpoints.keep_last == 2
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[tool.memkit]\nurl = "memory://"\n',
+        'tool.memkit.url = "memory://"\n',
+        '[tool]\nmemkit = { url = "memory://" }\n',
+        '[tool]\nmemkit.url = "memory://"\n',
+        'tool = { memkit = { url = "memory://" } }\n',
+        '[tool."memkit"]\nurl = "memory://"\n',
+    ],
+)
+def test_every_spelling_of_tool_memkit_is_found(text: str) -> None:
+    write(text + '[project]\nname = "agent"\ndependencies = ["memkit-sdk"]\n', "pyproject.toml")
+    assert load_config().url == StorageURL("memory://")
+
+
+def test_a_pyproject_without_a_memkit_table_is_not_parsed() -> None:
+    """Not memkit's business: a project's broken pyproject.toml with no memkit table is left alone."""
+    write('[project]\nname = "agent"\ndependencies = ["memkit-sdk"]\nbroken = \n', "pyproject.toml")
+    assert load_config().file is None
+
+
 def test_lookup_order(isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write('[project]\nname = "agent"\n', "pyproject.toml")
     assert load_config().file is None  # a pyproject.toml without [tool.memkit] configures nothing
@@ -404,3 +426,15 @@ def test_memkit_toml_and_memkit_with_no_arguments_in_a_new_process(isolated: Pat
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "sqlite:///agent.db memory:// 14.0 5 I am allergic to peanuts."
     assert (isolated / "agent.db").exists()
+
+
+def test_the_readme_example_file_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's memkit.toml example decodes as shown (its servers are not contacted: nothing is opened)."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.partition("\n## Configuration\n")[2].partition("\n## ")[0]
+    example = section.partition("```toml\n")[2].partition("```")[0]
+    if not example:
+        pytest.skip("the README has no Configuration section with a memkit.toml example yet")
+    write(example)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # what its api_key_env names
+    Memkit()
