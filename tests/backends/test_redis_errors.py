@@ -103,8 +103,9 @@ async def test_retries_are_counted_once_per_operation(redis_url: str, monkeypatc
             await backend.upsert("c", [make_record("r", seed=1)])
         assert failing.calls == 3
         for call in (backend.get("c", ["r"]), backend.delete("c", ["r"], Scope(user_id="alice"))):
-            failing = Failing()
+            failing = Failing()  # records are read by one script, deleted by a pipeline: both lose the connection
             monkeypatch.setattr(backend._client, "pipeline", failing)  # type: ignore[attr-defined]
+            monkeypatch.setattr(backend, "_get_script", failing)
             with pytest.raises(BackendUnavailableError) as caught:
                 await call
             assert failing.calls == 3 and isinstance(caught.value.__cause__, RedisConnectionError)

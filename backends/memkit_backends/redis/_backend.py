@@ -73,6 +73,17 @@ _NO_SEARCH: Final = "this Redis has no search module; records need Redis 8 or Re
 # counters, ...). One script, so each record's pair of updates is atomic and a delete (a MULTI) is
 # either wholly before or wholly after it. ``at`` is stored as the caller's string, not Lua's number
 # formatting (14 digits).
+# Per id (KEYS: hash, body, counters, ...): {HGETALL hash, GET body, HMGET counters}. One command for a batch
+# where a pipeline of three per id made reading 100 records cost ~3 ms of client-side command handling.
+_GET: Final = """
+local out = {}
+for i = 1, #KEYS, 3 do
+  out[#out + 1] = redis.call('HGETALL', KEYS[i])
+  out[#out + 1] = redis.call('GET', KEYS[i + 1])
+  out[#out + 1] = redis.call('HMGET', KEYS[i + 2], ARGV[1], ARGV[2])
+end
+return out
+"""
 _TOUCH: Final = """
 local at = tonumber(ARGV[1])
 for i = 1, #KEYS, 2 do
@@ -100,6 +111,7 @@ class RedisBackend(KeyValueFace, Backend):
         self._collections = Collections(self._client, hnsw=settings.hnsw)
         self._has_search = False
         self._touch = self._client.register_script(_TOUCH)  # EVALSHA: the script is sent once per server
+        self._get_script = self._client.register_script(_GET)
 
     async def open(self) -> None:
         try:
@@ -260,14 +272,11 @@ class RedisBackend(KeyValueFace, Backend):
             return []
         prefix, body_prefix, counters = collection_prefix(collection), body_prefix_of(collection), \
             counters_prefix_of(collection)  # fmt: skip
-        async with self._client.pipeline(transaction=False) as pipe:
-            for record_id in ids:
-                pipe.hgetall(prefix + record_id)
-                pipe.get(body_prefix + record_id)
-                pipe.hmget(counters + record_id, COUNTER_FIELDS)
-            replies = await pipe.execute()
+        keys = [key for i in ids for key in (prefix + i, body_prefix + i, counters + i)]
+        replies = await self._get_script(keys, list(COUNTER_FIELDS))
         triples = zip(replies[::3], replies[1::3], replies[2::3], strict=True)
-        records = [decode_record(raw, body, counts) for raw, body, counts in triples if raw]
+        records = [decode_record(dict(zip(raw[::2], raw[1::2], strict=True)), body, counts)
+                   for raw, body, counts in triples if raw]  # fmt: skip
         return records if scope is None else [r for r in records if scope_matches(r.scope, scope)]
 
     async def _run(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
