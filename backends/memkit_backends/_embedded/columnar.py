@@ -401,6 +401,11 @@ class ColumnarCollection:
         scoped = self._scope_rows.smallest(want)
         if not filters:
             return scoped
+        if len(filters) == 1:  # one key of one field (a graph node's edges): its sorted rows, often kept
+            [(name, value)] = filters.items()
+            [*keys] = filter_keys(name, value)
+            if len(keys) == 1 and (scoped is None or scoped.shape[0] >= len(self._fields.rows(keys[0]))):
+                return self._fields.sorted_rows(keys[0])
         allowed = self._filter_rows(filters)
         if scoped is not None and scoped.shape[0] < len(allowed):  # a big filter (a kind) within a scope
             inside: npt.NDArray[np.int64] = scoped[np.fromiter((r in allowed for r in scoped.tolist()), bool)]
@@ -473,6 +478,8 @@ class ColumnarCollection:
         candidates = self.candidate_rows(want, query.filters)
         if candidates is not None and candidates.shape[0] == 0:
             return []
+        if candidates is not None and not candidates.flags.writeable:  # the index's own: the kernel gets a copy
+            candidates = candidates.copy()
         # Scaled by the best match of the scope, not of the filtered rows: scores compare across filters.
         scoped = self._scope_rows.smallest(want)
         lexical = self._lexical_scores(query.text, want, n, scoped) if query.text else None

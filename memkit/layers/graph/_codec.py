@@ -133,12 +133,12 @@ def _unique(have: list[str], more: list[str], exclude: str | None = None) -> lis
     return out
 
 
-def node_record(owner: str, scope: Scope, record_id: str, body: NodeBody) -> Record:
+def node_record(owner: str, scope: Scope, record_id: str, body: NodeBody, stamp: float) -> Record:
     """Field ``names``: for the name and each alias, the id a node of that name would have, so a lookup by
     alias filters on values only this owner's records hold (see ``owned_scan``)."""
     names = tuple(sorted({node_id(owner, normal_name(n)) for n in (body.name, *body.aliases)}))
     fields: Fields = {OWNER: owner, "names": names, "type": body.type}
-    return Record(id=record_id, scope=scope, body=_encode(body), timestamp=body.updated, fields=fields)
+    return Record(id=record_id, scope=scope, body=_encode(body), timestamp=stamp, fields=fields)
 
 
 def decode_node(record: Record) -> NodeBody:
@@ -202,7 +202,7 @@ def _newest(items: list[str], keep: int) -> list[str]:
     return items[-keep:] if keep else []
 
 
-def edge_record(owner: str, scope: Scope, record_id: str, body: EdgeBody, now: float) -> Record:
+def edge_record(owner: str, scope: Scope, record_id: str, body: EdgeBody, *, now: float, stamp: float) -> Record:
     """Fields ``out`` / ``in`` / ``ends``: the source, the target, both, each also marked ``LIVE`` while the
     edge holds (or will end later than ``now``). Node ids are the owner's own, so no owner filter is needed."""
     live = any(e is None or e > now for _, e in body.history)
@@ -213,7 +213,7 @@ def edge_record(owner: str, scope: Scope, record_id: str, body: EdgeBody, now: f
     both = (body.src,) if body.src == body.dst else (body.src, body.dst)
     fields: Fields = {OWNER: owner, "out": ends((body.src,)), "in": ends((body.dst,)), "ends": ends(both),
                       "rel": body.rel}  # fmt: skip
-    return Record(id=record_id, scope=scope, body=_encode(body), timestamp=body.updated, fields=fields)
+    return Record(id=record_id, scope=scope, body=_encode(body), timestamp=stamp, fields=fields)
 
 
 async def owned_scan(

@@ -10,6 +10,7 @@ then invalidate old"): a reader may briefly see both edges, never neither.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
@@ -53,6 +54,13 @@ class GraphWriter:
     ) -> None:
         self.store, self.config, self.locks, self.owner, self.scope, self.now = store, config, locks, owner, scope, now
         self.functional = frozenset(normal_relation(r) for r in config.functional)
+        self._written = itertools.count()
+
+    def _stamp(self) -> float:
+        """The record's scan-order time: the call's moment plus a microsecond per record written, so a
+        batch's records do not all tie (a scan's newest k among a hub's thousand tied edges sorted them all
+        by id) and the later of a batch counts as the more recent."""
+        return self.now + next(self._written) * 1e-6
 
     # -- resolution -------------------------------------------------------------------------------------
     async def resolve(self, names: Iterable[str]) -> dict[str, Record]:
@@ -108,7 +116,7 @@ class GraphWriter:
             body = merge_node(body, node, self.now, self.config.max_aliases)
         if current is not None and body is stored:
             return None
-        return node_record(self.owner, self.scope, target, body)
+        return node_record(self.owner, self.scope, target, body, self._stamp())
 
     # -- edges ------------------------------------------------------------------------------------------
     async def write_edges(self, edges: Sequence[Edge], nodes: dict[str, Record]) -> list[tuple[str, EdgeBody]]:
@@ -146,7 +154,7 @@ class GraphWriter:
             body = merge_edge(body, edge, self.now, self.config.max_provenance)
         if current is not None and body is stored:
             return None
-        return edge_record(self.owner, self.scope, target, body, self.now)
+        return edge_record(self.owner, self.scope, target, body, now=self.now, stamp=self._stamp())
 
     async def _end_replaced(self, written: list[EdgeBody]) -> dict[str, EdgeBody]:
         """For each (source, functional relation) just written: every interval still open ends where the next
@@ -183,7 +191,9 @@ class GraphWriter:
             return None  # deleted meanwhile: nothing to end
         stored = decode_edge(current)
         body = end_edge(stored, at)
-        return None if body is stored else edge_record(self.owner, self.scope, current.id, body, self.now)
+        if body is stored:
+            return None
+        return edge_record(self.owner, self.scope, current.id, body, now=self.now, stamp=self._stamp())
 
     # -- shared -----------------------------------------------------------------------------------------
     async def _merge_all(
