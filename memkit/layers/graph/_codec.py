@@ -18,7 +18,8 @@ from typing import Any, Final
 
 import msgspec
 
-from memkit._time import epoch, from_epoch
+from memkit._time import epoch
+from memkit._time import from_epoch as _from_epoch
 from memkit.backend import Fields, FilterValue, Page, Record, RecordStore, Scope
 from memkit.errors import CorruptDataError
 from memkit.layers._keys import digest_of, key_of
@@ -79,6 +80,12 @@ _decode_node = msgspec.json.Decoder(NodeBody).decode
 _decode_edge = msgspec.json.Decoder(EdgeBody).decode
 
 
+@functools.lru_cache(maxsize=4_096)
+def from_epoch(seconds: float) -> datetime:
+    """Datetimes are immutable and a batch's records share their times (the moment of the upsert): one each."""
+    return _from_epoch(seconds)
+
+
 @functools.lru_cache(maxsize=65_536)  # a batch names each entity many times (every edge names two)
 def normal_name(name: str) -> str:
     """The identity of a name: Unicode-folded, case-folded, single-spaced, without surrounding quotes or stops."""
@@ -137,7 +144,7 @@ def node_record(owner: str, scope: Scope, record_id: str, body: NodeBody, stamp:
     """Field ``names``: for the name and each alias, the id a node of that name would have, so a lookup by
     alias filters on values only this owner's records hold (see ``owned_scan``)."""
     names = tuple(sorted({node_id(owner, normal_name(n)) for n in (body.name, *body.aliases)}))
-    fields: Fields = {OWNER: owner, "names": names, "type": body.type}
+    fields: Fields = {OWNER: owner, "names": names}
     return Record(id=record_id, scope=scope, body=_encode(body), timestamp=stamp, fields=fields)
 
 
@@ -202,24 +209,26 @@ def _newest(items: list[str], keep: int) -> list[str]:
     return items[-keep:] if keep else []
 
 
-def edge_record(owner: str, scope: Scope, record_id: str, body: EdgeBody, *, now: float, stamp: float) -> Record:
+def edge_record(scope: Scope, record_id: str, body: EdgeBody, *, now: float, stamp: float) -> Record:
     """Fields ``out`` / ``in`` / ``ends``: the source, the target, both, each also marked ``LIVE`` while the
     edge holds (or will end later than ``now``). Node ids are the owner's own, so no owner filter is needed."""
-    live = any(e is None or e > now for _, e in body.history)
-
-    def ends(ids: tuple[str, ...]) -> tuple[str, ...]:
-        return ids + tuple(i + LIVE for i in ids) if live else ids
-
-    both = (body.src,) if body.src == body.dst else (body.src, body.dst)
-    fields: Fields = {OWNER: owner, "out": ends((body.src,)), "in": ends((body.dst,)), "ends": ends(both),
-                      "rel": body.rel}  # fmt: skip
+    src, dst = body.src, body.dst
+    out: tuple[str, ...]
+    into: tuple[str, ...]
+    both: tuple[str, ...]
+    if any(e is None or e > now for _, e in body.history):  # it holds
+        out, into = (src, src + LIVE), (dst, dst + LIVE)
+        both = out if src == dst else (src, dst, src + LIVE, dst + LIVE)
+    else:
+        out, into = (src,), (dst,)
+        both = out if src == dst else (src, dst)
+    fields: Fields = {"out": out, "in": into, "ends": both, "rel": body.rel}
     return Record(id=record_id, scope=scope, body=_encode(body), timestamp=stamp, fields=fields)
 
 
 async def owned_scan(
     store: RecordStore,
     collection: str,
-    owner: str,
     scope: Scope,
     filters: Mapping[str, FilterValue],
     *,
@@ -227,13 +236,13 @@ async def owned_scan(
     cursor: str | None = None,
     newest_first: bool = False,
 ) -> Page:
-    """A scan by values only ``owner``'s records hold (node ids and name keys are digests of the owner), asked
-    across scopes, each record checked again to be the owner's. Why across scopes: within one, Postgres
-    walks the user's every record in time order testing each (25 ms per scan at 50,000 edges), where across
-    scopes its GIN index finds them (3 ms); the other backends answer from their indexes either way."""
+    """A scan by values only the records of one owner (``scope``) hold (node ids and name keys are digests of
+    the owner), asked across scopes, each record checked again to be the owner's. Why across scopes: within
+    one, Postgres walks the user's every record in time order testing each (25 ms per scan at 50,000 edges),
+    where across scopes its GIN index finds them (3 ms); the other backends answer from their indexes."""
     page = await store.scan(collection, Scope(), filters=filters, limit=limit, cursor=cursor,
                             newest_first=newest_first, all_scopes=True)  # fmt: skip
-    mine = [r for r in page.records if r.scope == scope and r.fields.get(OWNER) == owner]
+    mine = [r for r in page.records if r.scope == scope]  # a graph's scope is its owner, exactly
     return Page(records=mine, next_cursor=page.next_cursor)
 
 

@@ -114,7 +114,7 @@ class KnowledgeGraph:
         stored = await writer.write_nodes(nodes, endpoints)
         written = await writer.write_edges(edges, stored) if edges else []
         unique = {record.id: record for record in stored.values()}
-        return GraphUpdate(nodes=[to_node(rid, decode_node(r)) for rid, r in unique.items()],
+        return GraphUpdate(nodes=[to_node(rid, writer.body_of(r, decode_node)) for rid, r in unique.items()],
                            edges=[to_edge(rid, body) for rid, body in written])  # fmt: skip
 
     async def upsert_node(
@@ -186,7 +186,7 @@ class KnowledgeGraph:
     async def forget_all(self, *, user_id: str | None = None, agent_id: str | None = None) -> int:
         """Delete a user's (or agent's) whole graph; returns how many nodes and edges were deleted."""
         writer = self._writer(user_id, agent_id)
-        total = await self._delete_edges(writer, {OWNER: writer.owner})
+        total = await self._forget_edges(writer)
         while True:
             page = await self.backend.scan(self.config.nodes_collection, writer.scope, filters={OWNER: writer.owner},
                                            limit=_PAGE)  # fmt: skip
@@ -195,6 +195,17 @@ class KnowledgeGraph:
             if not deleted:
                 return total
             total += deleted
+
+    async def _forget_edges(self, writer: GraphWriter) -> int:
+        """Every edge of the owner: those in its scope that are exactly its (the scope of a user also matches
+        the graphs that user has with agents)."""
+        total, cursor = 0, None
+        while True:
+            page = await self.backend.scan(self.config.edges_collection, writer.scope, limit=_PAGE, cursor=cursor)
+            mine = [r.id for r in page.records if r.scope == writer.scope]
+            total += await self.backend.delete(self.config.edges_collection, mine, writer.scope) if mine else 0
+            if (cursor := page.next_cursor) is None:
+                return total
 
     async def _delete_edges(self, writer: GraphWriter, filters: dict[str, Any]) -> int:
         total = 0
@@ -252,7 +263,7 @@ class KnowledgeGraph:
         kept: builtins.list[Edge] = []
         cursor = None
         while len(kept) < limit:
-            page = await owned_scan(self.backend, self.config.edges_collection, writer.owner, writer.scope, filters,
+            page = await owned_scan(self.backend, self.config.edges_collection, writer.scope, filters,
                                     limit=_PAGE, cursor=cursor, newest_first=True)  # fmt: skip
             for record in page.records:
                 edge = to_edge(record.id, decode_edge(record))
@@ -291,8 +302,7 @@ class KnowledgeGraph:
         root = (await writer.resolve([name])).get(normal_name(name))
         if root is None:
             raise NotFoundError(f"no entity called {name!r} in this graph")
-        return await walk(self.backend, self.config, owner=writer.owner, scope=writer.scope, root=root, limits=limits,
-                          now=writer.now)  # fmt: skip
+        return await walk(self.backend, self.config, scope=writer.scope, root=root, limits=limits, now=writer.now)
 
     async def to_context(
         self,

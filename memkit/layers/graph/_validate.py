@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -42,7 +42,12 @@ def check_node(node: object, config: GraphConfig, what: str = "node") -> Node:
     for at, alias in enumerate(node.aliases):
         check_name(alias, config, f"{what}.aliases[{at}]")
     return msgspec.structs.replace(node, type=_check_type(node.type, f"{what}.type"),
-                                   attributes=check_metadata(node.attributes))  # fmt: skip
+                                   attributes=_attributes(node.attributes))  # fmt: skip
+
+
+def _attributes(attributes: object) -> dict[str, Any]:
+    """Checked as metadata; an empty dict (most edges) skips the check's JSON encoding."""
+    return {} if isinstance(attributes, dict) and not attributes else check_metadata(attributes)
 
 
 def _check_time(value: datetime | None, what: str) -> datetime | None:
@@ -66,7 +71,7 @@ def check_edge(edge: object, config: GraphConfig, what: str = "edge") -> Edge:
     if edge.functional is not None and not isinstance(edge.functional, bool):
         raise ValidationError(f"{what}.functional must be True, False or None")
     return msgspec.structs.replace(
-        edge, relation=relation, valid_from=start, valid_to=end, attributes=check_metadata(edge.attributes),
+        edge, relation=relation, valid_from=start, valid_to=end, attributes=_attributes(edge.attributes),
         source_type=_check_type(edge.source_type, f"{what}.source_type"),
         target_type=_check_type(edge.target_type, f"{what}.target_type"),
     )  # fmt: skip

@@ -47,7 +47,7 @@ class WalkLimits(msgspec.Struct, frozen=True, kw_only=True):
 
 
 async def walk(
-    store: RecordStore, config: GraphConfig, *, owner: str, scope: Scope, root: Record, limits: WalkLimits, now: float
+    store: RecordStore, config: GraphConfig, *, scope: Scope, root: Record, limits: WalkLimits, now: float
 ) -> Subgraph:
     """The neighbourhood of ``root`` within ``limits``: breadth first, ``fan_out`` edges per node and hop."""
     depth = {root.id: 0}
@@ -56,7 +56,7 @@ async def walk(
     truncated = False
     budget = max(limits.fan_out, config.max_edges_per_hop // len(frontier))
     for hop in range(1, limits.depth + 1):
-        calls = [functools.partial(_edges_of, store, config, owner=owner, scope=scope, node=node, limits=limits,
+        calls = [functools.partial(_edges_of, store, config, scope=scope, node=node, limits=limits,
                                    now=now, budget=budget) for node in frontier]  # fmt: skip
         reached: list[str] = []
         for node, (found, cut) in zip(frontier, await gather_bounded(calls, _SCANS_AT_ONCE), strict=True):
@@ -82,7 +82,6 @@ async def _edges_of(
     store: RecordStore,
     config: GraphConfig,
     *,
-    owner: str,
     scope: Scope,
     node: str,
     limits: WalkLimits,
@@ -99,7 +98,7 @@ async def _edges_of(
     cursor, read = None, 0
     while True:
         want = max(1, min(_PAGE_MAX, limits.fan_out - len(found) + 1, budget - read))  # one more: are there more?
-        page = await owned_scan(store, config.edges_collection, owner, scope, filters, limit=want, cursor=cursor,
+        page = await owned_scan(store, config.edges_collection, scope, filters, limit=want, cursor=cursor,
                                 newest_first=True)  # fmt: skip
         read += len(page.records)
         for record in page.records:

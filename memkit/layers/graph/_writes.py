@@ -12,13 +12,14 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 from memkit._concurrency import gather_bounded
 from memkit.backend import FilterValue, Record, RecordStore, Scope
 from memkit.layers._cas import KeyedLocks, merge_record
 from memkit.layers.graph._codec import (
     EdgeBody,
+    NodeBody,
     decode_edge,
     decode_node,
     edge_id,
@@ -44,6 +45,7 @@ _WRITES_AT_ONCE: Final = 16
 _ALIAS_PAGE: Final = 1_000
 
 Build = Callable[[Record | None], Record | None]
+T = TypeVar("T")
 
 
 class GraphWriter:
@@ -55,6 +57,16 @@ class GraphWriter:
         self.store, self.config, self.locks, self.owner, self.scope, self.now = store, config, locks, owner, scope, now
         self.functional = frozenset(normal_relation(r) for r in config.functional)
         self._written = itertools.count()
+        self._built: dict[str, tuple[Record, NodeBody | EdgeBody]] = {}
+        """The body of each record a build made, so what was just encoded is not decoded again."""
+
+    def body_of(self, record: Record, decode: Callable[[Record], T]) -> T:
+        built = self._built.get(record.id)
+        return built[1] if built is not None and built[0] is record else decode(record)  # type: ignore[return-value]
+
+    def _made(self, record: Record, body: NodeBody | EdgeBody) -> Record:
+        self._built[record.id] = (record, body)
+        return record
 
     def _stamp(self) -> float:
         """The record's scan-order time: the call's moment plus a microsecond per record written, so a
@@ -71,7 +83,7 @@ class GraphWriter:
         found = {by_id[r.id]: r for r in await self.store.get(self.config.nodes_collection, list(by_id), self.scope)}
         missing = {key: n for key, n in by_id.items() if n not in found}
         if missing:
-            page = await owned_scan(self.store, self.config.nodes_collection, self.owner, self.scope,
+            page = await owned_scan(self.store, self.config.nodes_collection, self.scope,
                                     {"names": tuple(missing)}, limit=_ALIAS_PAGE, newest_first=True)  # fmt: skip
             for record in page.records:
                 for key in record.fields.get("names", ()):  # type: ignore[union-attr]  # a tuple we wrote
@@ -93,17 +105,20 @@ class GraphWriter:
             target = resolved[norm].id if norm in resolved else node_id(self.owner, norm)
             target_of[norm] = target
             merges.setdefault(target, []).append(node)
+        existing: dict[str, Record] = {}
         for name, kind in endpoints:
             norm = normal_name(name)
-            if norm not in target_of:
-                target = resolved[norm].id if norm in resolved else node_id(self.owner, norm)
-                target_of[norm] = target
-                # A node that exists keeps its type; the name changes nothing (it is already one of its names).
-                merges.setdefault(target, []).append(Node(name=name, type=None if norm in resolved else kind))
+            if norm in target_of or norm in existing:
+                continue
+            if norm in resolved:  # an endpoint that exists is used as it is: naming it changes nothing
+                existing[norm] = resolved[norm]
+                continue
+            target_of[norm] = target = node_id(self.owner, norm)
+            merges.setdefault(target, []).append(Node(name=name, type=kind))
         builds = [(target, functools.partial(self._build_node, target, given)) for target, given in merges.items()]
         known = {r.id: r for r in resolved.values()}
         stored = await self._merge_all(self.config.nodes_collection, builds, known)
-        return {norm: stored[target] for norm, target in target_of.items()}
+        return {**existing, **{norm: stored[target] for norm, target in target_of.items()}}
 
     def _build_node(self, target: str, given: list[Node], current: Record | None) -> Record | None:
         if current is None:
@@ -116,7 +131,7 @@ class GraphWriter:
             body = merge_node(body, node, self.now, self.config.max_aliases)
         if current is not None and body is stored:
             return None
-        return node_record(self.owner, self.scope, target, body, self._stamp())
+        return self._made(node_record(self.owner, self.scope, target, body, self._stamp()), body)
 
     # -- edges ------------------------------------------------------------------------------------------
     async def write_edges(self, edges: Sequence[Edge], nodes: dict[str, Record]) -> list[tuple[str, EdgeBody]]:
@@ -124,7 +139,7 @@ class GraphWriter:
         merges: dict[str, list[Edge]] = {}
         ends_of: dict[str, tuple[str, str, str, str]] = {}
         order = []
-        names = {record.id: decode_node(record).name for record in nodes.values()}
+        names = {record.id: self.body_of(record, decode_node).name for record in nodes.values()}
         for edge in edges:
             src, dst = nodes[normal_name(edge.source)], nodes[normal_name(edge.target)]
             target = edge_id(self.owner, src.id, edge.relation, dst.id)
@@ -133,7 +148,7 @@ class GraphWriter:
             order.append(target)
         builds = [(t, functools.partial(self._build_edge, t, ends_of[t], given)) for t, given in merges.items()]
         stored = await self._merge_all(self.config.edges_collection, builds, None)
-        bodies = {t: decode_edge(r) for t, r in stored.items()}
+        bodies = {t: self.body_of(r, decode_edge) for t, r in stored.items()}
         functional = [t for t, given in merges.items() if any(self._is_functional(e) for e in given)]
         if functional:
             bodies.update(await self._end_replaced([bodies[t] for t in functional]))
@@ -154,7 +169,7 @@ class GraphWriter:
             body = merge_edge(body, edge, self.now, self.config.max_provenance)
         if current is not None and body is stored:
             return None
-        return edge_record(self.owner, self.scope, target, body, now=self.now, stamp=self._stamp())
+        return self._made(edge_record(self.scope, target, body, now=self.now, stamp=self._stamp()), body)
 
     async def _end_replaced(self, written: list[EdgeBody]) -> dict[str, EdgeBody]:
         """For each (source, functional relation) just written: every interval still open ends where the next
@@ -167,7 +182,7 @@ class GraphWriter:
         members: dict[tuple[str, str], list[tuple[str, EdgeBody]]] = {}
         cursor = None
         while True:
-            page = await owned_scan(self.store, self.config.edges_collection, self.owner, self.scope, filters,
+            page = await owned_scan(self.store, self.config.edges_collection, self.scope, filters,
                                     limit=_ALIAS_PAGE, cursor=cursor)  # fmt: skip
             for record in page.records:
                 body = decode_edge(record)
@@ -184,7 +199,7 @@ class GraphWriter:
                 if later:
                     builds.append((rid, functools.partial(self._build_end, min(later))))
         ended = await self._merge_all(self.config.edges_collection, builds, None)
-        return {rid: decode_edge(r) for rid, r in ended.items()}
+        return {rid: self.body_of(r, decode_edge) for rid, r in ended.items()}
 
     def _build_end(self, at: float, current: Record | None) -> Record | None:
         if current is None:
@@ -193,7 +208,7 @@ class GraphWriter:
         body = end_edge(stored, at)
         if body is stored:
             return None
-        return edge_record(self.owner, self.scope, current.id, body, now=self.now, stamp=self._stamp())
+        return self._made(edge_record(self.scope, current.id, body, now=self.now, stamp=self._stamp()), body)
 
     # -- shared -----------------------------------------------------------------------------------------
     async def _merge_all(
@@ -203,12 +218,6 @@ class GraphWriter:
         a read-merge-write loop for each record another writer changed meanwhile. The stored record of each id."""
         if not builds:
             return {}
-        async with self.locks.holding(f"{collection}\x00{target}" for target, _ in builds):
-            return await self._merge_locked(collection, builds, known)
-
-    async def _merge_locked(
-        self, collection: str, builds: Sequence[tuple[str, Build]], known: dict[str, Record] | None
-    ) -> dict[str, Record]:
         if known is None:  # else the caller read them: an id it did not find is absent (a first guess only)
             known = {r.id: r for r in await self.store.get(collection, [t for t, _ in builds], self.scope)}
         stored: dict[str, Record] = {}
@@ -224,9 +233,15 @@ class GraphWriter:
         written = await self.store.replace_many(collection, pairs) if pairs else []
         lost = {record.id for (record, _), ok in zip(pairs, written, strict=True) if not ok}
         stored.update((record.id, record) for (record, _), ok in zip(pairs, written, strict=True) if ok)
-        retries = [functools.partial(merge_record, self.store, collection, t, self.scope, build=build)
-                   for t, build in builds if t in lost]  # fmt: skip
+        retries = [functools.partial(self._retry, collection, t, build) for t, build in builds if t in lost]
         for record in await gather_bounded(retries, _WRITES_AT_ONCE):
             if record is not None:
                 stored[record.id] = record
         return stored
+
+    async def _retry(self, collection: str, target: str, build: Build) -> Record | None:
+        """One record's read-merge-write after losing the batch's compare-and-set, under its lock here:
+        tasks of this process merging into one record queue (sixteen writing one node on Redis otherwise kept
+        colliding until one ran out of attempts); other processes still race, and compare-and-set settles it."""
+        async with self.locks.holding([f"{collection}\x00{target}"]):
+            return await merge_record(self.store, collection, target, self.scope, build=build)
