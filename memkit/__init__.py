@@ -43,6 +43,7 @@ from memkit.errors import (
 
 if TYPE_CHECKING:
     from memkit._client import Memkit
+    from memkit._context import Context, ContextConfig
     from memkit._registry import open_backend
     from memkit._url import StorageURL
     from memkit.backend import Scope, Weights
@@ -79,6 +80,8 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Memkit": "memkit._client",
+    "Context": "memkit._context",
+    "ContextConfig": "memkit._context",
     "open_backend": "memkit._registry",
     "StorageURL": "memkit._url",
     "Scope": "memkit.backend",
@@ -194,6 +197,8 @@ __all__ = [
     "EpisodeHit",
     "EpisodicConfig",
     "EpisodicMemory",
+    "Context",
+    "ContextConfig",
     "Edge",
     "GraphConfig",
     "GraphUpdate",

@@ -18,6 +18,7 @@ import anyio
 
 from memkit._background import BackgroundTask
 from memkit._config import DEFAULT_URL, ConfigChoice, resolve_config
+from memkit._context import Context, ContextConfig, build_context
 from memkit._registry import open_backend
 from memkit._url import StorageURL
 from memkit._validation import check_number
@@ -122,6 +123,7 @@ class Memkit:
         given = {"long_term": long_term, "short_term": short_term, "tool_cache": tool_cache,
                  "checkpoints": checkpoints, "episodic": episodic, "graph": graph}  # fmt: skip
         self._wanted = frozenset(name for name, config in given.items() if config is not None)
+        self._context_config = ContextConfig()
         self._flusher: BackgroundTask | None = None
         self._unserved: dict[str, ConfigurationError] = {}
         """Layers whose backend lacks what they need: using one raises its error."""
@@ -166,6 +168,28 @@ class Memkit:
     def checkpoints(self) -> Checkpoints:
         self._require_open("checkpoints")
         return self._checkpoints
+
+    async def context(
+        self,
+        *,
+        user_id: str,
+        query: str,
+        session_id: str | None = None,
+        task_id: str | None = None,
+        budget_tokens: int = 1_000,
+        config: ContextConfig | None = None,
+    ) -> Context:
+        """What memkit knows that bears on ``query``, for the next model call: the user's most relevant
+        long-term memories (at most 5, only those close to the best), the working state of ``task_id`` (or
+        of the session), lessons from similar past episodes and the user's graph neighbourhood, read at once
+        and rendered as one block within ``budget_tokens`` (``Context.text``). A layer that fails or is slow
+        is left out and named in ``Context.errors``. See ``memkit.ContextConfig`` for the budget rule."""
+        self._require_open("context")
+        if config is not None and not isinstance(config, ContextConfig):
+            raise ValidationError(f"config must be a memkit.ContextConfig or None, got {type(config).__name__}")
+        return await build_context(self, user_id=user_id, query=query, session_id=session_id, task_id=task_id,
+                                   budget_tokens=budget_tokens, config=config or self._context_config,
+                                   tokenizer=self._short_term.tokenizer)  # fmt: skip
 
     def _require_open(self, what: str) -> None:
         if not self._open:

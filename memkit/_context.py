@@ -1,0 +1,230 @@
+"""``mem.context()``: what every layer knows that bears on the next model call, gathered at once, one block.
+
+The parts are read concurrently: long-term memories for the query, the task's working state, lessons from
+similar past episodes, and the graph around the user (and the entities the query names). A part that fails
+or runs past ``timeout_s`` contributes nothing and is reported in ``Context.errors``; the others still
+answer. The budget is split by a fixed rule (``ContextConfig.shares``): each section gets its share, and
+what a section leaves unused goes to the others in order of priority (memories, working state, lessons,
+graph). Each section renders whole lines only, so nothing is cut mid-sentence.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+import msgspec
+
+from memkit._validation import check_content, check_int, check_text
+from memkit.errors import ConfigurationError, NotOpenError, ValidationError
+from memkit.layers.longterm import RecallHit
+from memkit.tokens import Tokenizer
+
+if TYPE_CHECKING:
+    from memkit._client import Memkit
+
+__all__ = ["SECTIONS", "Context", "ContextConfig", "build_context"]
+
+log = logging.getLogger("memkit")
+
+SECTIONS: Final = ("memories", "working", "lessons", "graph")
+"""In order of priority: a section's unused budget goes to the ones after it, then before it."""
+_NAMED: Final = re.compile(r"\b[A-Z][\w'-]+(?:\s+[A-Z][\w'-]+){0,3}")
+_NOT_ENTITIES: Final = frozenset({
+    "I", "I'm", "What", "Who", "Where", "When", "Why", "How", "Which", "Do", "Does", "Did", "Can", "Could", "Should",
+    "Would", "Is", "Are", "The", "A", "An", "My",
+})  # fmt: skip
+
+
+class ContextConfig(msgspec.Struct, frozen=True, kw_only=True):
+    max_memories: int = 5
+    """Long-term memories in the block at most: more buries the relevant ones (and costs tokens)."""
+    relative_min_score: float = 0.5
+    """A memory must score at least this fraction of the best one's score to be included."""
+    min_score: float | None = None
+    """An absolute floor on the hybrid score (None: ``LongTermConfig.min_score``)."""
+    shares: dict[str, float] = msgspec.field(
+        default_factory=lambda: {"memories": 0.5, "working": 0.2, "lessons": 0.15, "graph": 0.15}
+    )
+    timeout_s: float = 2.0
+    """Longest wait for any one part; past it the part is left out and reported."""
+    graph_entity: str = "user"
+    """The graph node the block describes: the speaker node ``graph.ingest`` writes by default."""
+    max_query_entities: int = 3
+    """Entities named in the query (capitalised words that resolve to graph nodes) described as well."""
+
+    def __post_init__(self) -> None:
+        if set(self.shares) != set(SECTIONS) or any(
+            not isinstance(v, int | float) or isinstance(v, bool) or v < 0 for v in self.shares.values()
+        ):
+            raise ValidationError(f"ContextConfig.shares needs a number >= 0 for each of {', '.join(SECTIONS)}")
+        if sum(self.shares.values()) <= 0:
+            raise ValidationError("ContextConfig.shares must not all be 0")
+        if not 0 <= self.relative_min_score <= 1:
+            raise ValidationError("ContextConfig.relative_min_score must be in 0..1")
+        if not 0 < self.timeout_s <= 600:
+            raise ValidationError("ContextConfig.timeout_s must be a number of seconds in (0, 600]")
+        if not 1 <= self.max_memories <= 100:
+            raise ValidationError("ContextConfig.max_memories must be an integer in 1..100")
+
+
+class Context(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``mem.context()`` gathered: the block (``text``) and its parts, for users who build their own."""
+
+    text: str
+    """One system block within the budget; "" when no layer had anything to say."""
+    tokens: int
+    budget_tokens: int
+    memories: list[RecallHit]
+    """The memories in the block, best first, with the scores that ranked them."""
+    sections: dict[str, str]
+    """Each section's rendered text (as in ``text``); a section with nothing is absent."""
+    errors: dict[str, str]
+    """Sections that failed or timed out, with why; they contribute nothing."""
+
+    def __str__(self) -> str:
+        return self.text
+
+
+_HEADERS: Final = {
+    "memories": "What you know about the user:",
+    "working": "",  # the task state writes its own header
+    "lessons": "",  # lessons_for writes its own header
+    "graph": "",  # so does the graph
+}
+
+
+async def build_context(
+    mem: Memkit,
+    *,
+    user_id: str,
+    query: str,
+    session_id: str | None,
+    task_id: str | None,
+    budget_tokens: int,
+    config: ContextConfig,
+    tokenizer: Tokenizer,
+) -> Context:
+    check_text(user_id, "user_id")
+    query = check_content(query, mem.long_term.config.max_content_chars, "query")
+    budget = check_int(budget_tokens, "budget_tokens", 16, 1_000_000)
+    raw: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    fetchers = _fetchers(mem, user_id=user_id, query=query, session_id=session_id, task_id=task_id, budget=budget,
+                         config=config)  # fmt: skip
+
+    async def run(name: str, fetch: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            with anyio.fail_after(config.timeout_s):
+                raw[name] = await fetch()
+        except TimeoutError:
+            errors[name] = f"timed out after {config.timeout_s} s"
+        except (NotOpenError, ConfigurationError) as exc:  # a layer this backend cannot serve: say so
+            errors[name] = str(exc)
+        except Exception as exc:  # one failing layer must not take the others' answers with it
+            log.warning("memkit: context: the %s section failed (%s: %s)", name, type(exc).__name__, exc)
+            errors[name] = f"{type(exc).__name__}: {exc}"
+
+    async with anyio.create_task_group() as group:
+        for name, fetch in fetchers.items():
+            group.start_soon(run, name, fetch)
+    return _assemble(raw, errors, budget, config, tokenizer)
+
+
+def _fetchers(
+    mem: Memkit,
+    *,
+    user_id: str,
+    query: str,
+    session_id: str | None,
+    task_id: str | None,
+    budget: int,
+    config: ContextConfig,
+) -> dict[str, Callable[[], Awaitable[Any]]]:
+    async def memories() -> list[RecallHit]:
+        hits = await mem.long_term.recall(query, user_id=user_id, k=config.max_memories, min_score=config.min_score)
+        best = hits[0].score if hits else 0.0
+        return [h for h in hits if h.score >= best * config.relative_min_score]
+
+    async def lessons() -> str:
+        return await mem.episodic.lessons_for(query, user_id=user_id, max_tokens=budget)
+
+    async def graph() -> list[str]:
+        blocks = [await mem.graph.to_context(config.graph_entity, user_id=user_id, max_tokens=budget)]
+        for name in _named_in(query)[: config.max_query_entities]:
+            if name.casefold() not in "\n".join(blocks).casefold():  # described already, around the user
+                blocks.append(await mem.graph.to_context(name, user_id=user_id, max_tokens=budget))
+        return [b for b in blocks if b]
+
+    fetchers: dict[str, Callable[[], Awaitable[Any]]] = {"memories": memories, "lessons": lessons, "graph": graph}
+    if task_id is not None or session_id is not None:
+        task = mem.working.task(task_id or session_id or "", user_id=user_id)
+
+        async def working() -> str:
+            return await task.to_context(max_tokens=budget)
+
+        fetchers["working"] = working
+    return fetchers
+
+
+def _named_in(query: str) -> list[str]:
+    """Capitalised runs of words in the query (candidate entities), not sentence-initial question words."""
+    return [m.group(0) for m in _NAMED.finditer(query) if m.group(0).split()[0] not in _NOT_ENTITIES]
+
+
+def _lines(name: str, value: Any) -> list[str]:
+    """A section's content as whole lines, most important first."""
+    if name == "memories":
+        return [f"- {hit.memory.content}" for hit in value]
+    if name == "graph":
+        return [line for block in value for line in block.splitlines()]
+    return [line for line in str(value).splitlines() if line.strip()]
+
+
+def _assemble(raw: dict[str, Any], errors: dict[str, str], budget: int, config: ContextConfig,
+              tokenizer: Tokenizer) -> Context:  # fmt: skip
+    lines = {name: _lines(name, raw[name]) for name in SECTIONS if raw.get(name)}
+    costs = {name: [tokenizer.count(line) + 1 for line in found] for name, found in lines.items()}
+    header_cost = {name: tokenizer.count(_HEADERS[name]) + 1 if _HEADERS[name] else 0 for name in lines}
+    allowed = _split(budget, config, {n: header_cost[n] + sum(c) for n, c in costs.items()})
+    sections: dict[str, str] = {}
+    kept_memories = 0
+    for name in SECTIONS:
+        if name not in lines:
+            continue
+        room = allowed.get(name, 0) - header_cost[name]
+        kept = []
+        for line, cost in zip(lines[name], costs[name], strict=True):
+            if cost <= room:  # whole lines only; a shorter one further down may still fit
+                kept.append(line)
+                room -= cost
+        if kept:
+            sections[name] = "\n".join([_HEADERS[name], *kept] if _HEADERS[name] else kept)
+            if name == "memories":
+                kept_memories = len(kept)
+    text = "\n\n".join(sections[n] for n in SECTIONS if n in sections)
+    while text and tokenizer.count(text) > budget:  # counted piece by piece; a tokenizer need not be additive
+        last = next(n for n in reversed(SECTIONS) if n in sections)
+        del sections[last]
+        text = "\n\n".join(sections[n] for n in SECTIONS if n in sections)
+    memories = [h for h in raw.get("memories", [])][:kept_memories] if "memories" in sections else []
+    return Context(text=text, tokens=tokenizer.count(text) if text else 0, budget_tokens=budget, memories=memories,
+                   sections=sections, errors=errors)  # fmt: skip
+
+
+def _split(budget: int, config: ContextConfig, needs: dict[str, int]) -> dict[str, int]:
+    """Each section's tokens: its share of the budget (sections with nothing get none), then what sections
+    leave unused handed to the ones that need more, in priority order."""
+    total = sum(config.shares[n] for n in needs) or 1.0
+    usable = budget - 2 * max(len(needs) - 1, 0)  # the blank lines between sections
+    allowed = {n: min(needs[n], int(usable * config.shares[n] / total)) for n in needs}
+    spare = usable - sum(allowed.values())
+    for name in SECTIONS:
+        if name in needs and spare > 0:
+            more = min(spare, needs[name] - allowed[name])
+            allowed[name] += more
+            spare -= more
+    return allowed
