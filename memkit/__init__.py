@@ -39,11 +39,13 @@ from memkit.errors import (
     SummarizerError,
     UnknownSchemeError,
     ValidationError,
+    WriterBusyError,
 )
 
 if TYPE_CHECKING:
     from memkit._client import Memkit
     from memkit._context import Context, ContextConfig
+    from memkit._observe import ObserveConfig
     from memkit._registry import open_backend
     from memkit._url import StorageURL
     from memkit.backend import Scope, Weights
@@ -82,6 +84,7 @@ _LAZY = {
     "Memkit": "memkit._client",
     "Context": "memkit._context",
     "ContextConfig": "memkit._context",
+    "ObserveConfig": "memkit._observe",
     "open_backend": "memkit._registry",
     "StorageURL": "memkit._url",
     "Scope": "memkit.backend",
@@ -164,6 +167,7 @@ __all__ = [
     "StorageURL",
     "StructuredOutputError",
     "SummarizerError",
+    "WriterBusyError",
     "StoreResult",
     "Turn",
     "UnknownSchemeError",
@@ -199,6 +203,7 @@ __all__ = [
     "EpisodicMemory",
     "Context",
     "ContextConfig",
+    "ObserveConfig",
     "Edge",
     "GraphConfig",
     "GraphUpdate",

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 import anyio
 
 from memkit._background import BackgroundTask
 from memkit._config import DEFAULT_URL, ConfigChoice, resolve_config
 from memkit._context import Context, ContextConfig, build_context
+from memkit._observe import ObserveConfig, Observer, check_messages, turn_writer
 from memkit._registry import open_backend
 from memkit._url import StorageURL
-from memkit._validation import check_number
+from memkit._validation import check_flag, check_number
 from memkit.backend import Backend
 from memkit.embedders import Embedder, resolve_embedder
 from memkit.errors import ConfigurationError, NotOpenError, ValidationError
@@ -86,6 +87,7 @@ class Memkit:
         checkpoints: CheckpointConfig | None = None,
         episodic: EpisodicConfig | None = None,
         graph: GraphConfig | None = None,
+        observe: ObserveConfig | None = None,
         llm: LLM | None = None,
         layer_urls: Mapping[str, str | StorageURL] | None = None,
         close_timeout: float = 5.0,
@@ -124,6 +126,10 @@ class Memkit:
                  "checkpoints": checkpoints, "episodic": episodic, "graph": graph}  # fmt: skip
         self._wanted = frozenset(name for name, config in given.items() if config is not None)
         self._context_config = ContextConfig()
+        if observe is not None and not isinstance(observe, ObserveConfig):
+            raise ValidationError(f"observe must be a memkit.ObserveConfig or None, got {type(observe).__name__}")
+        self._observe_config = observe or ObserveConfig()
+        self._observer: Observer | None = None
         self._flusher: BackgroundTask | None = None
         self._unserved: dict[str, ConfigurationError] = {}
         """Layers whose backend lacks what they need: using one raises its error."""
@@ -178,18 +184,50 @@ class Memkit:
         task_id: str | None = None,
         budget_tokens: int = 1_000,
         config: ContextConfig | None = None,
+        wait_for_writes: bool = False,
     ) -> Context:
         """What memkit knows that bears on ``query``, for the next model call: the user's most relevant
         long-term memories (at most 5, only those close to the best), the working state of ``task_id`` (or
         of the session), lessons from similar past episodes and the user's graph neighbourhood, read at once
         and rendered as one block within ``budget_tokens`` (``Context.text``). A layer that fails or is slow
-        is left out and named in ``Context.errors``. See ``memkit.ContextConfig`` for the budget rule."""
+        is left out and named in ``Context.errors``. See ``memkit.ContextConfig`` for the budget rule.
+        ``wait_for_writes=True`` first waits for this user's observed turns to be written."""
         self._require_open("context")
+        if check_flag(wait_for_writes, "wait_for_writes") and self._observer is not None:
+            await self._observer.flush(user_id)  # read after write: what this user said is in
         if config is not None and not isinstance(config, ContextConfig):
             raise ValidationError(f"config must be a memkit.ContextConfig or None, got {type(config).__name__}")
         return await build_context(self, user_id=user_id, query=query, session_id=session_id, task_id=task_id,
                                    budget_tokens=budget_tokens, config=config or self._context_config,
                                    tokenizer=self._short_term.tokenizer)  # fmt: skip
+
+    async def observe(
+        self,
+        *,
+        user_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        session_id: str | None = None,
+        wait: bool = True,
+    ) -> None:
+        """Feed a finished turn (user and assistant messages, tool calls and results): to the session's
+        short-term memory now (when ``session_id`` is given), and to the background writer, which decides
+        later what is worth remembering (``ObserveConfig.on_event`` hears each decision). Returns once the
+        turn is queued; a full queue waits for room, or raises ``WriterBusyError`` with ``wait=False``."""
+        self._require_open("observe")
+        checked = check_messages(messages)
+        if session_id is not None:
+            await self.short_term.session(session_id, user_id=user_id).add_many(checked)
+        from memkit.extract import ObservedTurn
+
+        turn = ObservedTurn(messages=checked, user_id=user_id, session_id=session_id)
+        assert self._observer is not None  # set by open()
+        await self._observer.submit(turn, wait=check_flag(wait, "wait"))
+
+    async def flush(self, user_id: str | None = None) -> None:
+        """Wait until the observed turns queued so far (of ``user_id``, when given) are written."""
+        self._require_open("flush")
+        if self._observer is not None:
+            await self._observer.flush(user_id)
 
     def _require_open(self, what: str) -> None:
         if not self._open:
@@ -229,6 +267,9 @@ class Memkit:
                     await backend.aclose()
             raise
         self._flusher = BackgroundTask.start(self._access.run)
+        write = turn_writer(self._long_term, self._graph, self.llm, self._observe_config)
+        self._observer = Observer(write, self._observe_config)
+        self._observer.start()
         self._open = True
         return self
 
@@ -241,6 +282,7 @@ class Memkit:
         # must not hold the caller for longer than close_timeout.
         deadline = anyio.current_time() + self._close_timeout  # one budget for all of it, not one per step
         with anyio.CancelScope(shield=True):
+            await self._drain_observer(deadline)
             if self._flusher is not None:
                 await self._flusher.stop()
                 self._flusher = None
@@ -261,6 +303,18 @@ class Memkit:
                     await backend.aclose()
             for client in self._owned:  # the embedder and model made from the configuration belong to Memkit
                 await client.aclose()
+
+    async def _drain_observer(self, deadline: float) -> None:
+        """Write the observed turns still queued, within the close budget; say how many were not."""
+        if self._observer is None:
+            return
+        observer, self._observer = self._observer, None
+        with anyio.CancelScope(deadline=deadline):
+            await observer.aclose()
+        if observer.pending:
+            warnings.warn(f"memkit: gave up writing {observer.pending} observed turns after {self._close_timeout} s "
+                          "(close_timeout); call await mem.flush() before closing to wait for them",
+                          RuntimeWarning, stacklevel=3)  # fmt: skip
 
     async def __aenter__(self) -> Self:
         return await self.open()

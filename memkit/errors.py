@@ -32,7 +32,8 @@ mapped to the most specific class below and chained (``raise ... from exc``).
     │   ├── LLMTimeoutError            (also a TimeoutError)
     │   ├── StructuredOutputError      the model's JSON stayed invalid after one repair attempt; .raw has it
     │   └── LLMBudgetError             the client's call or token budget is spent
-    └── SummarizerError                a summariser failed; the turns it was folding are kept
+    ├── SummarizerError                a summariser failed; the turns it was folding are kept
+    └── WriterBusyError                observe(wait=False) found the background writer's queue full
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ __all__ = [
     "SummarizerError",
     "UnknownSchemeError",
     "ValidationError",
+    "WriterBusyError",
 ]
 
 
@@ -205,3 +207,8 @@ class LLMBudgetError(LLMError):
 
 class SummarizerError(MemkitError):
     """A summariser failed or returned nothing usable; the turns it was folding stay in the history."""
+
+
+class WriterBusyError(MemkitError):
+    """``observe(..., wait=False)`` found the background writer's queue full; nothing was queued (retry, or
+    call with ``wait=True`` to wait for room)."""

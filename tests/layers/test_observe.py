@@ -1,0 +1,125 @@
+"""mem.observe(): a finished turn queued at once, written in the background (facts, corrections, the graph),
+a bounded queue that waits or refuses but never drops, failures reported, read-after-write, and a drain on
+close that a new process sees."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from memkit import Memkit, ObserveConfig, ValidationError, WriterBusyError
+from memkit.extract import FactEvent, ObservedTurn
+
+pytestmark = pytest.mark.anyio
+
+
+def _user(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}, {"role": "assistant", "content": "Noted."}]
+
+
+def _gate(mem: Memkit) -> anyio.Event:
+    """Hold the writer before each turn until the returned event is set."""
+    opened = anyio.Event()
+    observer = mem._observer
+    assert observer is not None
+    write: Callable[[ObservedTurn], Awaitable[list[FactEvent]]] = observer._write
+
+    async def gated(turn: ObservedTurn) -> list[FactEvent]:
+        await opened.wait()
+        return await write(turn)
+
+    observer._write = gated
+    return opened
+
+
+async def test_observe_returns_before_the_writer_and_flush_waits_for_it() -> None:
+    events: list[FactEvent] = []
+    async with Memkit("memory://", embedder="hashing", observe=ObserveConfig(on_event=events.append)) as mem:
+        gate = _gate(mem)
+        await mem.observe(user_id="ada", session_id="s1", messages=_user("I am allergic to peanuts."))
+        assert mem._observer is not None and mem._observer.pending == 1 and events == []
+        session = await mem.short_term.session("s1", user_id="ada").to_messages()
+        assert [m["content"] for m in session] == ["I am allergic to peanuts.", "Noted."]  # the session has it now
+        gate.set()
+        await mem.flush()
+        assert any(e.action == "add" and "peanuts" in (e.memory.content if e.memory else "") for e in events)
+        [hit] = await mem.long_term.recall("peanuts allergy", user_id="ada", k=1)
+        assert "peanuts" in hit.memory.content
+
+
+async def test_a_full_queue_waits_or_refuses_and_drops_nothing() -> None:
+    async with Memkit("memory://", embedder="hashing", observe=ObserveConfig(max_pending=1)) as mem:
+        gate = _gate(mem)
+        await mem.observe(user_id="ada", messages=_user("I live in Lyon."))
+        await anyio.sleep(0.01)  # the writer takes it and waits at the gate: the queue is empty again
+        await mem.observe(user_id="ada", messages=_user("I work at Acme."))
+        with pytest.raises(WriterBusyError, match="max_pending"):
+            await mem.observe(user_id="ada", messages=_user("I like jazz."), wait=False)
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: mem.observe(user_id="ada", messages=_user("I like jazz.")))  # waits for room
+            await anyio.sleep(0.05)
+            gate.set()
+        await mem.flush("ada")
+        stored = {m.content for m in (await mem.long_term.list(user_id="ada")).memories}
+        assert {"The user lives in Lyon.", "The user works at Acme.", "The user likes jazz."} <= stored
+
+
+async def test_a_failing_turn_is_reported_and_the_writer_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    failures: list[tuple[ObservedTurn, Exception]] = []
+    config = ObserveConfig(on_error=lambda turn, exc: failures.append((turn, exc)))
+    async with Memkit("memory://", embedder="hashing", observe=config) as mem:
+        observer = mem._observer
+        assert observer is not None
+        write = observer._write
+
+        async def flaky(turn: ObservedTurn) -> list[FactEvent]:
+            if "boom" in str(turn.messages[0]["content"]):
+                raise RuntimeError("extractor exploded")
+            return await write(turn)
+
+        observer._write = flaky
+        with caplog.at_level(logging.ERROR, logger="memkit"):
+            await mem.observe(user_id="ada", messages=_user("boom"))
+            await mem.observe(user_id="ada", messages=_user("I live in Lyon."))
+            await mem.flush()
+        assert [str(exc) for _, exc in failures] == ["extractor exploded"] and failures[0][0].user_id == "ada"
+        assert "writing a turn of user 'ada' failed" in caplog.text
+        assert [h.memory.content for h in await mem.long_term.recall("Lyon", user_id="ada", k=1)] == [
+            "The user lives in Lyon."
+        ]
+
+
+async def test_a_correction_supersedes_and_context_reads_after_write() -> None:
+    async with Memkit("memory://", embedder="hashing") as mem:
+        await mem.observe(user_id="ada", messages=_user("I live in Paris and I'm allergic to peanuts."))
+        await mem.observe(user_id="ada", messages=_user("Actually, I moved to Porto last month."))
+        ctx = await mem.context(user_id="ada", query="Where do I live now?", wait_for_writes=True)
+        assert "Porto" in ctx.text and "Paris" not in ctx.text
+        history = await mem.long_term.recall("where the user lives", user_id="ada", include_superseded=True, k=10)
+        assert any("Paris" in h.memory.content for h in history)
+        assert "user lives in Porto" in await mem.graph.to_context("user", user_id="ada")
+
+
+async def test_closing_drains_the_queue_for_the_next_process(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    async with Memkit(url, embedder="hashing") as mem:
+        for fact in ("I live in Lyon.", "My sister Bea works at Acme.", "I prefer tea to coffee."):
+            await mem.observe(user_id="ada", messages=_user(fact))
+    async with Memkit(url, embedder="hashing") as mem:  # no flush before closing: the close wrote them
+        stored = {m.content for m in (await mem.long_term.list(user_id="ada")).memories}
+    assert "The user lives in Lyon." in stored and any("Bea" in s for s in stored) and len(stored) >= 3
+
+
+@pytest.mark.parametrize(
+    "messages", ["hello", [], [{"content": "no role"}], {"role": "user", "content": "a dict, not a list"}]
+)
+async def test_bad_turns_are_refused(messages: Any) -> None:
+    async with Memkit("memory://", embedder="hashing") as mem:
+        with pytest.raises(ValidationError):
+            await mem.observe(user_id="ada", messages=messages)
+        assert mem._observer is not None and mem._observer.pending == 0
