@@ -128,7 +128,7 @@ async def export(args: argparse.Namespace) -> int:
             if not to_stdout:
                 handle.close()
     if state is not None:
-        state.remove()
+        await anyio.to_thread.run_sync(state.remove)
     seconds = time.perf_counter() - started
     if args.json and not to_stdout:
         print_json({"exported": position["count"], "file": str(path), "vectors": args.vectors, "seconds": seconds})

@@ -157,7 +157,7 @@ async def import_file(args: argparse.Namespace) -> int:
     finally:
         handle.close()
     if state is not None:
-        state.remove()
+        await anyio.to_thread.run_sync(state.remove)
     return _summary(args, report, time.perf_counter() - started, resumed=saved is not None)
 
 

@@ -8,6 +8,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
+
 from memkit.cli._output import ExitCode, print_json, print_table
 from memkit.cli._store import COLLECTIONS, claimed_identities, open_store
 
@@ -57,11 +59,11 @@ async def stats(args: argparse.Namespace) -> int:
             counts = await _count(mem, collection)
             embedder = None if identity is None else {"model_id": identity[0], "dim": identity[1]}
             collections[collection] = {"embedder": embedder, **counts}
-        report = {"url": str(mem.url), "size_bytes": _size_on_disk(mem), "collections": collections}
+        size = await anyio.to_thread.run_sync(_size_on_disk, mem)
+        report = {"url": str(mem.url), "size_bytes": size, "collections": collections}
     if args.json:
         print_json(report)
         return ExitCode.OK
-    size = _size_on_disk(mem)
     print(f"store  {mem.url}" + ("" if size is None else f"  ({size / 1e6:.1f} MB on disk)"))
     for name, info in collections.items():
         model = info["embedder"]

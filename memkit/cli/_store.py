@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio.to_thread
 import msgspec
 
 from memkit.cli._output import CliError, ExitCode
@@ -125,7 +126,7 @@ async def open_store(
     from memkit._url import StorageURL
 
     url = StorageURL(resolve_url(url_text))
-    missing = _missing_file(url)
+    missing = await anyio.to_thread.run_sync(_missing_file, url)
     if missing is not None and not create:
         raise CliError(f"no store at {url}: {missing} does not exist", "check --url (or $MEMKIT_URL); "
                        "'memkit store' or 'memkit import' creates a store", ExitCode.UNREACHABLE)  # fmt: skip
