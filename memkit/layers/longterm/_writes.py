@@ -131,7 +131,10 @@ async def store_batch(
     # Scopes are planned side by side: on a server each plan is 3 round trips (at 100k rows on Postgres,
     # 100 scopes one after another were most of a batch); in-process backends never wait, so nothing changes.
     plans = await gather_bounded(
-        [functools.partial(_plan_group, backend, config, memories, vectors, exclude) for memories, vectors in groups],
+        [
+            functools.partial(_plan_group, backend, config, memories, vectors, exclude=exclude, reembed=reembed)
+            for memories, vectors in groups
+        ],
         limit=_PLANS_AT_ONCE,
     )
     await _write_fresh(backend, collection, plans)
@@ -143,8 +146,9 @@ async def store_batch(
 
 
 async def _plan_group(
-    backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any], exclude: frozenset[str]
-) -> _Plan:
+    backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any], *, exclude: frozenset[str],
+    reembed: Embed,
+) -> _Plan:  # fmt: skip
     """Sort one scope's memories into duplicates, merges (into stored memories or earlier items) and new ones."""
     plan = _Plan(results=[None] * len(memories), fresh={}, merges=defaultdict(list))
     stored = await _existing(backend, config.collection, memories)
@@ -156,8 +160,12 @@ async def _plan_group(
         else:
             pending.append(at)
     near = await _stored_neighbours(backend, config, [memories[i] for i in pending], [vectors[i] for i in pending],
-                                    exclude)  # fmt: skip
-    batch = np.stack([vectors[i] for i in pending]) if pending else np.zeros((0, 1), np.float32)
+                                    exclude=exclude, reembed=reembed)  # fmt: skip
+    if any(memories[i].context is not None for i in pending):  # contents alone decide (see _shown_similarity)
+        batch = np.asarray(await reembed([memories[i].content for i in pending]), dtype=np.float32)
+        batch /= np.maximum(np.linalg.norm(batch, axis=1, keepdims=True), 1e-12)
+    else:
+        batch = np.stack([vectors[i] for i in pending]) if pending else np.zeros((0, 1), np.float32)
     within = batch @ batch.T  # every pair of the batch, once
     kept = np.zeros(len(pending), bool)  # which positions of ``pending`` were kept as new memories
     for j, at in enumerate(pending):
@@ -198,8 +206,9 @@ async def _existing(backend: Backend, collection: str, memories: list[Memory]) -
 
 
 async def _stored_neighbours(
-    backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any], exclude: frozenset[str]
-) -> list[str | Memory | None]:
+    backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any], *, exclude: frozenset[str],
+    reembed: Embed,
+) -> list[str | Memory | None]:  # fmt: skip
     """Per memory (all of one scope): the stored memory it should merge into (its id), the stored memory itself
     when it holds the same text (an exact duplicate stored by another client meanwhile), or None. One
     ``nearest`` call for the batch; the few candidates found are read to check their exact scope."""
@@ -210,20 +219,47 @@ async def _stored_neighbours(
                                   now=now_epoch())  # fmt: skip
     ids = sorted({record_id for row in found for record_id, _ in row})
     records = {r.id: r for r in await backend.get(config.collection, ids, scope)} if ids else {}
-    verdicts: list[str | Memory | None] = []
+    candidates: list[list[tuple[str, Memory]]] = []
     for memory, row in zip(memories, found, strict=True):
-        verdict: str | Memory | None = None
+        usable = []
         for record_id, _ in row:
             record = records.get(record_id)
             if record is None or record.scope != memory.scope:  # a narrower scope's memory is not this one's
                 continue
             if record_id in exclude or is_superseded(record):  # history is not merged into
                 continue
-            same_text = record.fields.get("dedupe") == dedupe_key(memory.content)
-            verdict = decode(record) if same_text else record_id
-            break
+            usable.append((record_id, decode(record)))
+        candidates.append(usable)
+    shown = await _shown_similarity(memories, candidates, reembed)
+    verdicts: list[str | Memory | None] = []
+    for at, (memory, usable) in enumerate(zip(memories, candidates, strict=True)):
+        verdict: str | Memory | None = None
+        for record_id, stored in usable:
+            if dedupe_key(stored.content) == dedupe_key(memory.content):
+                verdict = stored
+                break
+            if shown.get((at, record_id), 1.0) >= config.merge_threshold:
+                verdict = record_id
+                break
         verdicts.append(verdict)
     return verdicts
+
+
+async def _shown_similarity(
+    memories: list[Memory], candidates: list[list[tuple[str, Memory]]], reembed: Embed
+) -> dict[tuple[int, str], float]:
+    """Cosine of the contents alone, for each pair where either side has an indexed context: two facts said in
+    reply to one question share their context, which must not make them near-duplicates of each other."""
+    pairs = [(at, record_id, stored) for at, usable in enumerate(candidates) for record_id, stored in usable
+             if memories[at].context is not None or stored.context is not None]  # fmt: skip
+    if not pairs:
+        return {}
+    texts = list(dict.fromkeys([t for at, _, stored in pairs for t in (memories[at].content, stored.content)]))
+    matrix = np.asarray(await reembed(texts), dtype=np.float32)
+    matrix /= np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-12)
+    row = {text: i for i, text in enumerate(texts)}
+    return {(at, record_id): float(matrix[row[memories[at].content]] @ matrix[row[stored.content]])
+            for at, record_id, stored in pairs}  # fmt: skip
 
 
 async def _write_fresh(backend: Backend, collection: str, plans: list[_Plan]) -> None:
