@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument("--wording", choices=["third_person", "verbatim"], default="third_person")
     parser.add_argument(
         "--context",
-        choices=["none", "previous"],
+        choices=["none", "previous", "message"],
         default="none",
         help="index each fact with the message before its own (FactWriterConfig.context)",
     )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import msgspec
 
-from memkit.extract._heuristic import HeuristicFactExtractor, message_text
+from memkit.extract._heuristic import HeuristicFactExtractor, message_text, read_slot
 from memkit.extract._reconcile import HeuristicReconciler, ReconcileConfig
 from memkit.extract._records import ACTIONS, FACT_KINDS, Decision, Extraction, Fact, FactKind, ObservedTurn
 from memkit.layers.longterm import RecallHit
@@ -129,9 +129,7 @@ class LLMFactExtractor:
     # -- extraction -----------------------------------------------------------------------------------------------
     def extraction_messages(self, turns: Sequence[ObservedTurn]) -> list[dict[str, Any]]:
         """The prompt ``extract_many(turns)`` sends (messages numbered across the turns)."""
-        user = self.config.user_name or next((str(m["name"]) for t in turns for m in t.messages
-                                              if m.get("role") == "user" and isinstance(m.get("name"), str)),
-                                             "the user")  # fmt: skip
+        user = self._user(turns)
         limit = self.config.max_facts_per_turn * len(turns)
         system = _EXTRACT.format(user=user, user_cap=user[:1].upper() + user[1:], limit=limit)
         lines, number = [], 0
@@ -142,6 +140,12 @@ class LLMFactExtractor:
                 lines.append(f"[{number}] {self._render(message)}")
                 number += 1
         return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(lines)}]
+
+    def _user(self, turns: Sequence[ObservedTurn]) -> str:
+        """How facts name the user: the configured name, else the first user message's ``name``."""
+        named = (str(m["name"]) for t in turns for m in t.messages
+                 if m.get("role") == "user" and isinstance(m.get("name"), str))  # fmt: skip
+        return self.config.user_name or next(named, "the user")
 
     def _render(self, message: Any) -> str:
         role = str(message.get("role", "user"))
@@ -169,10 +173,11 @@ class LLMFactExtractor:
         except Exception as exc:  # cancellation is a BaseException and goes through
             return await self._fell_back(turns, prompt, exc)
         owners = [(at, index) for at, turn in enumerate(turns) for index in range(len(turn.messages))]
+        user = self._user(turns)
         facts: list[list[Fact]] = [[] for _ in turns]
         notes: list[list[str]] = [[] for _ in turns]
         for given in answer.facts:
-            fact = self._fact(given, owners)
+            fact = self._fact(given, owners, user)
             if isinstance(fact, str):
                 notes[-1].append(fact)
                 continue
@@ -181,7 +186,7 @@ class LLMFactExtractor:
         return [Extraction(facts=f[: self.config.max_facts_per_turn], extractor=self.name, prompt=prompt, notes=n)
                 for f, n in zip(facts, notes, strict=True)]  # fmt: skip
 
-    def _fact(self, given: _ModelFact, owners: list[tuple[int, int]]) -> tuple[int, Fact] | str:
+    def _fact(self, given: _ModelFact, owners: list[tuple[int, int]], user: str) -> tuple[int, Fact] | str:
         """The model's fact checked (its turn, and the fact), or a note saying why it was dropped."""
         text = " ".join(str(given.text).split())
         if not text or "\x00" in text:
@@ -191,8 +196,10 @@ class LLMFactExtractor:
         kind: FactKind = given.kind.casefold() if given.kind.casefold() in FACT_KINDS else "fact"  # type: ignore[assignment]
         importance = min(1.0, max(0.0, float(given.importance)))
         at, index = owners[given.message]
+        subject, slot, value, functional = read_slot(text, user)  # a relation the rules can match on, when readable
         return at, Fact(text=text[:500], kind=kind, importance=round(importance, 2), message_index=index,
-                        memory_kind=_MEMORY_KIND.get(kind, "fact"), quote=text[:500])  # fmt: skip
+                        memory_kind=_MEMORY_KIND.get(kind, "fact"), quote=text[:500], subject=subject, slot=slot,
+                        value=value, functional=functional)  # fmt: skip
 
     async def _fell_back(
         self, turns: Sequence[ObservedTurn], prompt: list[dict[str, Any]], exc: Exception

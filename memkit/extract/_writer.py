@@ -23,6 +23,7 @@ from memkit.extract._heuristic import HeuristicFactExtractor, message_text
 from memkit.extract._protocol import BatchFactExtractor, FactExtractor, Reconciler
 from memkit.extract._reconcile import SLOT, SUBJECT, VALUE, HeuristicReconciler, ReconcileConfig
 from memkit.extract._records import Decision, Extraction, Fact, FactEvent, ObservedTurn
+from memkit.layers._embedding import embed_texts
 from memkit.layers.longterm import LongTermMemory, Memory, RecallHit, StoreResult
 
 __all__ = ["FactWriter", "FactWriterConfig"]
@@ -51,9 +52,10 @@ class FactWriterConfig(msgspec.Struct, frozen=True, kw_only=True):
     report_skipped: bool = True
     """An "ignore" event for each sentence that yielded no fact (filler, a question, ...), with the reason."""
     reconcile: ReconcileConfig = msgspec.field(default_factory=ReconcileConfig)
-    context: Literal["none", "previous"] = "none"
-    """``previous``: index each fact with the message before the one it came from (often the question it
-    answers), as ``add_turns`` indexes a turn with the one before it; never shown."""
+    context: Literal["none", "previous", "message"] = "none"
+    """What each fact is indexed with, never shown: ``message``, the words around it in the message it came from;
+    ``previous``, the end of the message before that one in the turn (often the question it answers, as
+    ``add_turns`` indexes a turn with the one before it)."""
     context_chars: int = 300
 
 
@@ -170,7 +172,16 @@ class FactWriter:
                                    session_id=scope.session_id, k=3, metadata=wanted)  # fmt: skip
             seen = {hit.memory.id for hit in same}
             hits = [*same, *(hit for hit in hits if hit.memory.id not in seen)]
-        return hits
+        return await self._by_content(fact, hits)
+
+    async def _by_content(self, fact: Fact, hits: list[RecallHit]) -> list[RecallHit]:
+        """Each hit's similarity as that of what the memory says to the fact: one indexed with a context scores
+        lower than its words alone would, and the rules (and the model) compare what memories say."""
+        if not any(hit.memory.context is not None for hit in hits):
+            return hits
+        vectors = await embed_texts(self.long_term.embedder, [fact.text, *(hit.memory.content for hit in hits)])
+        scores = vectors[1:] @ vectors[0]
+        return [msgspec.structs.replace(hit, similarity=float(score)) for hit, score in zip(hits, scores, strict=True)]
 
     # -- applying -------------------------------------------------------------------------------------------------
     async def _apply(
@@ -232,13 +243,19 @@ class FactWriter:
                 "context": self._context(turn, fact)}  # fmt: skip
 
     def _context(self, turn: ObservedTurn, fact: Fact) -> str | None:
-        """What is indexed with the fact but never shown: the message it answers (its end, where a question
-        usually is), as conversation turns are indexed with the turn before them."""
-        if self.config.context != "previous" or not 0 < fact.message_index <= len(turn.messages):
+        """What is indexed with the fact but never shown (``FactWriterConfig.context``)."""
+        mode, limit, at = self.config.context, self.config.context_chars, fact.message_index
+        if mode == "none" or not 0 <= at < len(turn.messages):
             return None
-        before = " ".join(message_text(turn.messages[fact.message_index - 1]).split())
-        limit = self.config.context_chars
-        return (before if len(before) <= limit else "…" + before[-limit:]) or None
+        if mode == "previous":
+            before = " ".join(message_text(turn.messages[at - 1]).split()) if at > 0 else ""
+            return (before if len(before) <= limit else "…" + before[-limit:]) or None  # its end: the question
+        said = " ".join(message_text(turn.messages[at]).split())
+        if len(said) <= limit:
+            return said or None
+        middle = max(said.find(fact.quote[:40]), 0) + len(fact.quote[:40]) // 2
+        start = min(max(middle - limit // 2, 0), len(said) - limit)
+        return said[start : start + limit]
 
     # -- events ---------------------------------------------------------------------------------------------------
     def _scope(self, turn: ObservedTurn) -> Scope:
