@@ -43,17 +43,17 @@ def memories_of(user: int) -> list[str]:
     return facts
 
 
-async def fill(mem: Any, progress: tqdm) -> None:  # type: ignore[type-arg]
-    for user in range(USERS):
+async def fill(mem: Any, users: int, progress: tqdm) -> None:  # type: ignore[type-arg]
+    for user in range(users):
         await mem.long_term.store_many(memories_of(user), user_id=f"u{user}")
         progress.update(1)
 
 
-async def bench_context(mem: Any, progress: tqdm) -> dict[str, float]:  # type: ignore[type-arg]
+async def bench_context(mem: Any, users: int, calls: int, progress: tqdm) -> dict[str, float]:  # type: ignore[type-arg]
     rng = np.random.default_rng(5)
     timings = []
-    for i in range(CONTEXTS):
-        user = f"u{rng.integers(USERS)}"
+    for i in range(calls):
+        user = f"u{rng.integers(users)}"
         query = f"Plan a weekend trip for me with {rng.choice(_PEOPLE)} around {rng.choice(_THINGS)}, idea {i}"
         started = time.perf_counter()
         await mem.context(user_id=user, session_id=f"s-{user}", query=query, budget_tokens=800)
@@ -63,18 +63,18 @@ async def bench_context(mem: Any, progress: tqdm) -> dict[str, float]:  # type: 
             "context_p95_ms": float(np.percentile(timings, 95)) * 1000}  # fmt: skip
 
 
-async def bench_observe(mem: Any, progress: tqdm) -> dict[str, float]:  # type: ignore[type-arg]
+async def bench_observe(mem: Any, users: int, calls: int, progress: tqdm) -> dict[str, float]:  # type: ignore[type-arg]
     returns = []
-    for i in range(OBSERVES):
+    for i in range(calls):
         turn = [{"role": "user", "content": f"I started learning {_THINGS[i % 10]} with {_PEOPLE[i % 7]} ({i})."},
                 {"role": "assistant", "content": "That sounds fun!"}]  # fmt: skip
         started = time.perf_counter()
-        await mem.observe(user_id=f"u{i % USERS}", session_id=f"obs-{i % USERS}", messages=turn)
+        await mem.observe(user_id=f"u{i % users}", session_id=f"obs-{i % users}", messages=turn)
         returns.append(time.perf_counter() - started)
     await mem.flush()
     progress.update(1)
     recallable = []
-    for i in range(RECALLABLE):
+    for i in range(min(RECALLABLE, users)):
         user, place = f"u{i}", f"Zanzibar{i}"
         started = time.perf_counter()
         await mem.observe(user_id=user, messages=[{"role": "user", "content": f"I moved to {place} last week."}])
@@ -92,10 +92,11 @@ async def amain(args: argparse.Namespace) -> None:
     from memkit import Memkit
 
     async with Memkit(args.url, embedder=args.embedder) as mem:
-        with tqdm(total=USERS + CONTEXTS + 2, desc="context benchmark", unit="step") as progress:
-            await fill(mem, progress)
-            row = {"url": args.url, "embedder": args.embedder, **await bench_context(mem, progress)}
-            row |= await bench_observe(mem, progress)
+        with tqdm(total=args.users + args.contexts + 2, desc="context benchmark", unit="step") as progress:
+            await fill(mem, args.users, progress)
+            row = {"url": args.url, "embedder": args.embedder, "users": args.users,
+                   **await bench_context(mem, args.users, args.contexts, progress)}  # fmt: skip
+            row |= await bench_observe(mem, args.users, args.observes, progress)
     print_table([row], list(row))
     write_json(args.json_path, row)
 
@@ -105,6 +106,9 @@ def main() -> None:
     parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
     parser.add_argument("--url", default="memory://")
     parser.add_argument("--embedder", default="local", choices=["local", "hashing"])
+    parser.add_argument("--users", type=int, default=USERS, help=f"users of {PER_USER} memories each")
+    parser.add_argument("--contexts", type=int, default=CONTEXTS)
+    parser.add_argument("--observes", type=int, default=OBSERVES)
     anyio.run(amain, parser.parse_args())
 
 

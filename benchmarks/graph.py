@@ -41,28 +41,31 @@ WALKS, WARMUP = 300, 20
 WRITERS, ATTRIBUTES = 16, 25
 
 
-def generated_graph(seed: int = 7) -> tuple[list[Any], list[Any]]:
-    """The nodes and edges, deterministic for a seed."""
+def generated_graph(seed: int = 7, scale: float = 1.0) -> tuple[list[Any], list[Any]]:
+    """The nodes and edges, deterministic for a seed; ``scale`` shrinks every count (for a quick run)."""
     from memkit.layers.graph import Edge, Node
 
+    people, companies, cities, topics, knows_n, likes_n = (
+        max(2, int(n * scale)) for n in (PEOPLE, COMPANIES, CITIES, TOPICS, KNOWS, LIKES)
+    )
     rng = np.random.default_rng(seed)
-    nodes = [Node(name=f"person {i}", type="person", attributes={"age": int(20 + i % 50)}) for i in range(PEOPLE)]
-    nodes += [Node(name=f"company {i}", type="company", attributes={"size": int(10 + i)}) for i in range(COMPANIES)]
-    nodes += [Node(name=f"city {i}", type="city") for i in range(CITIES)]
-    nodes += [Node(name=f"topic {i}", type="topic") for i in range(TOPICS)]
-    edges = [Edge(source=f"person {i}", relation="works_at", target=f"company {rng.integers(COMPANIES)}")
-             for i in range(PEOPLE)]  # fmt: skip
-    edges += [Edge(source=f"person {i}", relation="lives_in", target=f"city {rng.integers(CITIES)}")
-              for i in range(PEOPLE)]  # fmt: skip
+    nodes = [Node(name=f"person {i}", type="person", attributes={"age": int(20 + i % 50)}) for i in range(people)]
+    nodes += [Node(name=f"company {i}", type="company", attributes={"size": int(10 + i)}) for i in range(companies)]
+    nodes += [Node(name=f"city {i}", type="city") for i in range(cities)]
+    nodes += [Node(name=f"topic {i}", type="topic") for i in range(topics)]
+    edges = [Edge(source=f"person {i}", relation="works_at", target=f"company {rng.integers(companies)}")
+             for i in range(people)]  # fmt: skip
+    edges += [Edge(source=f"person {i}", relation="lives_in", target=f"city {rng.integers(cities)}")
+              for i in range(people)]  # fmt: skip
     knows: set[tuple[int, int]] = set()
-    while len(knows) < KNOWS:  # a few people everyone knows: targets drawn from a power law
-        a, b = int(rng.integers(PEOPLE)), int(min(rng.zipf(1.6), PEOPLE) - 1)
+    while len(knows) < min(knows_n, people * (people - 1) // 2):  # targets from a power law: a few hubs
+        a, b = int(rng.integers(people)), int(min(rng.zipf(1.6), people) - 1)
         if a != b:
             knows.add((a, b))
     edges += [Edge(source=f"person {a}", relation="knows", target=f"person {b}") for a, b in sorted(knows)]
     likes: set[tuple[int, int]] = set()
-    while len(likes) < LIKES:
-        likes.add((int(rng.integers(PEOPLE)), int(rng.integers(TOPICS))))
+    while len(likes) < min(likes_n, people * topics):
+        likes.add((int(rng.integers(people)), int(rng.integers(topics))))
     edges += [Edge(source=f"person {a}", relation="likes", target=f"topic {b}") for a, b in sorted(likes)]
     return nodes, edges
 
@@ -83,11 +86,11 @@ async def bench_writes(graph: Any, nodes: list[Any], edges: list[Any], progress:
     return {"graph_upsert_per_s": batched, "graph_upsert_one_per_s": ONE_AT_A_TIME / (time.perf_counter() - started)}
 
 
-async def bench_walks(graph: Any, progress: tqdm) -> dict[str, float]:  # type: ignore[type-arg]
+async def bench_walks(graph: Any, people: int, progress: tqdm) -> dict[str, float]:  # type: ignore[type-arg]
     rng = np.random.default_rng(3)
     timings, reached = [], []
     for at in range(WARMUP + WALKS):
-        start = f"person {rng.integers(PEOPLE)}"
+        start = f"person {rng.integers(people)}"
         began = time.perf_counter()
         found = await graph.related(start, depth=2, fan_out=20, direction="both", user_id="bench")
         if at >= WARMUP:
@@ -117,7 +120,7 @@ async def bench_lost_updates(graph: Any, progress: tqdm) -> int:  # type: ignore
     return 2 * WRITERS * ATTRIBUTES - len(node.attributes) - len(edge.attributes)
 
 
-async def bench_backend(url: str, nodes: list[Any], edges: list[Any], progress: tqdm) -> dict[str, Any]:  # type: ignore[type-arg]
+async def bench_backend(url: str, nodes: list[Any], edges: list[Any], episodes: int, progress: tqdm) -> dict[str, Any]:  # type: ignore[type-arg]
     from memkit import open_backend
     from memkit.layers.graph import KnowledgeGraph
 
@@ -125,9 +128,9 @@ async def bench_backend(url: str, nodes: list[Any], edges: list[Any], progress: 
         graph = KnowledgeGraph(backend)
         await graph.setup()
         row: dict[str, Any] = await bench_writes(graph, nodes, edges, progress)
-        row |= await bench_walks(graph, progress)
+        row |= await bench_walks(graph, sum(1 for n in nodes if n.type == "person"), progress)
         row["graph_lost_updates"] = await bench_lost_updates(graph, progress)
-    row["episodes_find_p50_ms"] = await episodes_find_p50_ms(url)
+    row["episodes_find_p50_ms"] = await episodes_find_p50_ms(url, episodes)
     progress.update(1)
     return row
 
@@ -156,14 +159,14 @@ def plot(path: str, rows: list[dict[str, Any]]) -> None:
 
 async def amain(args: argparse.Namespace) -> None:
     wanted = args.backends.split(",")
-    nodes, edges = generated_graph()
+    nodes, edges = generated_graph(scale=args.scale)
     rows = []
     steps = len(range(0, len(nodes), BATCH)) + len(range(0, len(edges), BATCH)) + 4
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         urls = backend_urls(wanted, stack, Path(tmp), name="graph", redis_modules=True)
         with tqdm(total=steps * len(wanted), desc="graph benchmark", unit="step") as progress:
             for name in wanted:
-                rows.append({"backend": name, **await bench_backend(urls[name], nodes, edges, progress)})
+                rows.append({"backend": name, **await bench_backend(urls[name], nodes, edges, args.episodes, progress)})
     print(f"graph: {len(nodes):,} nodes, {len(edges):,} edges")
     print_table(rows, ["backend", "graph_upsert_per_s", "graph_upsert_one_per_s", "graph_2hop_p50_ms",
                        "graph_2hop_p95_ms", "graph_2hop_nodes_mean", "graph_lost_updates",
@@ -178,6 +181,8 @@ def main() -> None:
     parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
     parser.add_argument("--plot", help="draw the figures as a PNG here")
     parser.add_argument("--backends", default="memory,sqlite,redis,postgres")
+    parser.add_argument("--scale", type=float, default=1.0, help="shrink the graph (0.05: 500 nodes, 2,500 edges)")
+    parser.add_argument("--episodes", type=int, default=10_000)
     anyio.run(amain, parser.parse_args())
 
 

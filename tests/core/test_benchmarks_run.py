@@ -54,3 +54,30 @@ def test_state_benchmark_writes_its_figures(tmp_path: Path) -> None:
     assert all(
         r["ckpt_save_ms"] > 0 and r["ckpt_load_ms"] > 0 and r["ckpt_bytes"] > 1000 for r in figures["checkpoints"]
     )
+
+
+def test_graph_benchmark_writes_its_figures(tmp_path: Path) -> None:
+    out, png = tmp_path / "graph.json", tmp_path / "graph.png"
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.graph", "--backends", "memory", "--scale", "0.02", "--episodes", "200",
+         "--json", str(out), "--plot", str(png)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    figures = json.loads(out.read_text())
+    [row] = figures["backends"]
+    assert figures["nodes"] == 200 and figures["edges"] == 1000
+    assert row["graph_lost_updates"] == 0 and row["graph_upsert_per_s"] > 0 and row["graph_2hop_nodes_mean"] > 1
+    assert 0 < row["graph_2hop_p50_ms"] <= row["graph_2hop_p95_ms"] and row["episodes_find_p50_ms"] > 0
+    assert png.stat().st_size > 10_000
+
+
+def test_context_benchmark_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "context.json"
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.context", "--embedder", "hashing", "--users", "3", "--contexts", "5",
+         "--observes", "10", "--json", str(out)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    figures = json.loads(out.read_text())
+    for key in ("context_p50_ms", "context_p95_ms", "observe_return_p50_us", "observe_to_recallable_p50_ms"):
+        assert figures[key] > 0, key
