@@ -11,15 +11,14 @@ top 10 facts' turns. The raw-turn figure comes from ``benchmarks.locomo``'s own 
 with the same embedder. Reported side by side as ``facts_vs_turns_r10``, with stored facts per 100 turns.
 
 ``--longmemeval PATH`` adds, for LongMemEval (no embedding needed), the share of evidence user turns that
-yield at least one fact and facts per 100 user turns: a check that the extractor's reach is not LoCoMo's
-alone. ``measure()`` is the helper other benchmarks call.
+yield at least one fact and facts per 100 user turns, and ``--longmemeval-per-type N`` turn-level recall@10
+from facts vs raw user turns over N questions of each type (``benchmarks._facts_lme``): checks that what the
+extractor does is not tuned to LoCoMo alone. ``measure()`` is the helper other benchmarks call.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import os
 import time
 from collections import Counter, defaultdict
@@ -34,11 +33,12 @@ from memkit import LongTermConfig, Memkit
 from memkit.embedders import Embedder
 from memkit.extract import FactWriter, FactWriterConfig, HeuristicConfig, HeuristicFactExtractor, ObservedTurn
 
+from . import _facts_lme
 from ._locomo_data import CATEGORIES, Conversation, load, resolve_path
 from ._report import print_table, write_json
 from .locomo import make_embedder, run_pipeline
 
-__all__ = ["longmemeval_reach", "measure"]
+__all__ = ["measure"]
 
 K = 10
 
@@ -141,31 +141,6 @@ async def measure(
     }
 
 
-def longmemeval_reach(path: Path, config: HeuristicConfig | None = None) -> dict[str, Any]:
-    """How many LongMemEval evidence user turns yield a fact, and facts per 100 user turns (no store)."""
-    extractor = HeuristicFactExtractor(config)
-    if path.suffix == ".gz":
-        with gzip.open(path) as file:
-            items = json.loads(file.read())
-    else:
-        items = json.loads(path.read_text())
-    turns = facts = evidence = reached = 0
-    for item in items:
-        for session in item["haystack_sessions"]:
-            for at, message in enumerate(session):
-                if message["role"] != "user":
-                    continue
-                before = [{"role": "assistant", "content": session[at - 1]["content"]}] if at else []
-                found = extractor.read(ObservedTurn(messages=[*before, message], user_id="u")).facts
-                turns += 1
-                facts += len(found)
-                if message.get("has_answer"):
-                    evidence += 1
-                    reached += bool(found)
-    return {"evidence_turns_with_a_fact": 100 * reached / max(evidence, 1), "evidence_turns": evidence,
-            "facts_per_100_user_turns": 100 * facts / max(turns, 1), "user_turns": turns}  # fmt: skip
-
-
 async def amain(args: argparse.Namespace) -> None:
     data = args.data or os.environ.get("MEMKIT_LOCOMO")
     conversations = load(resolve_path(data))[: args.limit or None]
@@ -180,7 +155,13 @@ async def amain(args: argparse.Namespace) -> None:
                 ["category", "n", "facts_r10", "turns_r10"])  # fmt: skip
     print("events:", summary["events"], f"write {summary['write_ms_per_turn']:.2f} ms/turn")
     if args.longmemeval:
-        summary["longmemeval"] = longmemeval_reach(Path(args.longmemeval), config)
+        items = _facts_lme.load(Path(args.longmemeval))
+        summary["longmemeval"] = _facts_lme.reach(items, config)
+        if args.longmemeval_per_type:
+            found = await _facts_lme.retrieval(items, make_embedder(args.embedder), config=config,
+                                               per_type=args.longmemeval_per_type,
+                                               writer=FactWriterConfig(context=args.context))  # fmt: skip
+            summary["longmemeval"]["retrieval"] = found
         print("LongMemEval:", summary["longmemeval"])
     write_json(args.json_path, summary)
 
@@ -195,12 +176,18 @@ def main() -> None:
     parser.add_argument(
         "--context",
         choices=["none", "previous", "message"],
-        default="none",
-        help="index each fact with the message before its own (FactWriterConfig.context)",
+        default="message",
+        help="what each fact is indexed with besides its words (FactWriterConfig.context)",
     )
     parser.add_argument("--limit", type=int, default=0, help="only the first N conversations")
     parser.add_argument("--facts-only", action="store_true", help="skip the raw-turn run (quick comparisons)")
     parser.add_argument("--longmemeval", help="LongMemEval JSON (.json or .json.gz): the extractor's reach there")
+    parser.add_argument(
+        "--longmemeval-per-type",
+        type=int,
+        default=0,
+        help="also turn-level recall from facts vs user turns, over N questions of each type",
+    )
     anyio.run(amain, parser.parse_args())
 
 

@@ -52,7 +52,7 @@ class FactWriterConfig(msgspec.Struct, frozen=True, kw_only=True):
     report_skipped: bool = True
     """An "ignore" event for each sentence that yielded no fact (filler, a question, ...), with the reason."""
     reconcile: ReconcileConfig = msgspec.field(default_factory=ReconcileConfig)
-    context: Literal["none", "previous", "message"] = "none"
+    context: Literal["none", "previous", "message"] = "message"
     """What each fact is indexed with, never shown: ``message``, the words around it in the message it came from;
     ``previous``, the end of the message before that one in the turn (often the question it answers, as
     ``add_turns`` indexes a turn with the one before it)."""

@@ -55,6 +55,13 @@ async def test_a_turn_is_written_and_every_decision_reported(mem: Memkit) -> Non
                              "fact_value": "Paris"}  # fmt: skip
     hiking = next(m for m in added if m is not None and "hiking" in m.content)
     assert hiking.kind == "preference"
+    # Indexed with the words around it in its message (found by them), never shown: content is the fact alone.
+    assert home.context == hiking.context == "Hi! My name is Ada and I live in Paris. I love hiking. What time is it?"
+    hits = await mem.long_term.recall("what time is it", user_id="ada", k=3)
+    assert hits and hits[0].memory.content in {m.content for m in added if m is not None}
+    bare = FactWriter(mem.long_term, config=FactWriterConfig(context="none"))
+    [plain] = _events(await bare.write(_turn("I have a cat named Io", user="bob")))
+    assert plain.memory is not None and plain.memory.context is None
 
     # The same turn again stores nothing new, and says so.
     again = await writer.write(_turn("My name is Ada and I live in Paris. I love hiking."))
@@ -155,3 +162,13 @@ async def test_bad_input(mem: Memkit) -> None:
 
 def _events(events: list[FactEvent]) -> list[FactEvent]:
     return [e for e in events if e.action != "ignore"]
+
+
+async def test_a_fact_can_be_indexed_with_the_question_it_answers(mem: Memkit) -> None:
+    writer = FactWriter(mem.long_term, config=FactWriterConfig(context="previous", context_chars=40))
+    question = "That sounds lovely. " * 5 + "Where did you grow up?"
+    turn = ObservedTurn(messages=[{"role": "assistant", "content": question},
+                                  {"role": "user", "content": "I grew up in Lyon."}], user_id="ada")  # fmt: skip
+    [event] = _events(await writer.write(turn))
+    assert event.memory is not None and event.memory.content == "The user grew up in Lyon."
+    assert event.memory.context == "…" + question[-40:]
