@@ -1,8 +1,11 @@
-"""``memkit demo``: long-term memory surviving a process.
+"""``memkit demo``: the memory-aware agent across two processes.
 
-A first process stores a user's preferences and facts in a SQLite file, then a second, new process opens
-the same file and recalls them, printing each hit's scores. Each step runs as
-``python -m memkit.cli._demo STEP URL``, so it is no subcommand of ``memkit`` (and not in its help).
+Process 1 holds a short conversation with a user: each finished turn goes to ``mem.observe()``, whose
+background writer decides what is worth remembering (printed: added, ignored as filler, ...), and the
+process exits. Process 2, a new one, opens the same SQLite file: ``mem.context()`` for a new question
+shows what it remembers, each recall's scores are printed, and a correction ("actually, I moved to Berlin")
+supersedes the old fact. Each step runs as ``python -m memkit.cli._demo STEP URL``, so it is no subcommand
+of ``memkit`` (and not in its help).
 """
 
 from __future__ import annotations
@@ -18,37 +21,46 @@ import anyio
 __all__ = ["demo"]
 
 DEMO_USER = "ada"
-DEMO_MEMORIES: tuple[tuple[str, str, float], ...] = (
-    ("preference", "I prefer window seats on flights, never the aisle.", 0.7),
-    ("preference", "Please keep answers short; I read them on my phone.", 0.8),
-    ("fact", "I am allergic to peanuts.", 0.95),
-    ("fact", "My daughter Lina starts school in Lisbon in September.", 0.6),
-    ("fact", "I work as a data engineer at a logistics company.", 0.5),
-    ("decision", "We chose Postgres over MongoDB for the billing service.", 0.6),
-    ("preference", "I drink my coffee black, no sugar.", 0.4),
+SESSION_1 = (
+    "Hi! I prefer window seats on flights, never the aisle.",
+    "Please keep answers short; I read them on my phone.",
+    "I am allergic to peanuts.",
+    "I live in Lisbon and I work as a data engineer at a logistics company.",
+    "We chose Postgres over MongoDB for the billing service.",
+    "ok thanks",
 )
 DEMO_QUERIES = (
     "Book me a flight to Porto; any seating wishes?",
     "Which snacks should I avoid ordering for Ada?",
     "What database did the team pick for billing?",
 )
+CORRECTION = "Actually, I moved to Berlin last month."
 
 
-async def _demo_store(url: str) -> None:
+async def _demo_observe(url: str) -> None:
     from memkit._client import Memkit
+    from memkit._observe import ObserveConfig
 
-    async with Memkit(url, embedder="local") as mem:
+    def show(event: object) -> None:
+        memory = getattr(event, "memory", None)
+        what = memory.content if memory is not None else getattr(event, "text", None) or "-"
+        print(f"    {getattr(event, 'action', '?'):<9} {what}  ({getattr(event, 'reason', '')})")
+
+    async with Memkit(url, embedder="local", config=False, observe=ObserveConfig(on_event=show)) as mem:
         await mem.long_term.forget_all(user_id=DEMO_USER)
-        for kind, content, importance in DEMO_MEMORIES:
-            result = await mem.long_term.store(content, user_id=DEMO_USER, kind=kind, importance=importance)
-            print(f"  {result.status:<8} [{kind}] {content}")
+        await mem.graph.forget_all(user_id=DEMO_USER)
+        for text in SESSION_1:
+            print(f'  user: "{text}"')
+            turn = [{"role": "user", "content": text}, {"role": "assistant", "content": "Noted."}]
+            await mem.observe(user_id=DEMO_USER, session_id="session-1", messages=turn)
+            await mem.flush(DEMO_USER)  # only to print each turn's decisions under it
 
 
-async def _demo_recall(url: str) -> None:
+async def _demo_context(url: str) -> None:
     from memkit._client import Memkit
 
-    async with Memkit(url, embedder="local") as mem:
-        await mem.embedder.embed(["warm up"])  # load the model before timing recalls
+    async with Memkit(url, embedder="local", config=False) as mem:
+        await mem.embedder.embed(["warm up"])  # load the model before timing
         for query in DEMO_QUERIES:
             started = time.perf_counter()
             hits = await mem.long_term.recall(query, user_id=DEMO_USER, k=3)
@@ -60,6 +72,11 @@ async def _demo_recall(url: str) -> None:
                     f"    {hit.score:.3f}  {hit.similarity:.3f}  {hit.lexical:.3f}  {hit.recency:.3f}"
                     f"  {hit.importance:.2f}  {hit.memory.content}"
                 )
+        print(f'\n  user: "{CORRECTION}"')
+        await mem.observe(user_id=DEMO_USER, session_id="session-2", messages=[{"role": "user", "content": CORRECTION}])
+        ctx = await mem.context(user_id=DEMO_USER, query="Where should my next trip start from?", wait_for_writes=True)
+        print(f"\n  context() for the next model call ({ctx.tokens} tokens):\n")
+        print("\n".join(f"    {line}" for line in ctx.text.splitlines()))
 
 
 def _run_step(step: str, url: str) -> int:
@@ -69,18 +86,18 @@ def _run_step(step: str, url: str) -> int:
 
 def demo(args: argparse.Namespace) -> int:
     url = f"sqlite:///{args.db}"
-    print(f"memkit demo: long-term memory in {args.db} (embedded SQLite, local MiniLM embedder, no network)\n")
-    print(f"[process 1] storing {len(DEMO_MEMORIES)} memories for user {DEMO_USER!r}:")
-    if _run_step("store", url) != 0:
+    print(f"memkit demo: an agent's memory in {args.db} (embedded SQLite, local MiniLM embedder, no network)\n")
+    print(f"[process 1] a conversation with user {DEMO_USER!r}, each turn observed:")
+    if _run_step("observe", url) != 0:
         return 1
-    print("\n[process 2] a new process recalls them from the same file:")
-    return _run_step("recall", url)
+    print("\n[process 2] a new process remembers, from the same file:")
+    return _run_step("context", url)
 
 
 def _step(argv: list[str]) -> int:
     step, url = argv
     print(f"  (pid {os.getpid()})")
-    anyio.run(_demo_store if step == "store" else _demo_recall, url)
+    anyio.run(_demo_observe if step == "observe" else _demo_context, url)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The README's main job: ``memkit demo`` across two processes on embedded SQLite."""
+"""The README's main job: ``memkit demo``, the memory-aware agent across two processes on embedded SQLite."""
 
 from __future__ import annotations
 
@@ -31,3 +31,7 @@ def test_demo_recalls_across_processes(tmp_path: Path) -> None:
     assert "window seats" in firsts[0]
     assert "peanuts" in firsts[1]
     assert "Postgres" in firsts[2]
+    # Process 1 observed a conversation (filler ignored); process 2's context has the correction, not the old home.
+    assert "ignore    ok thanks" in out and "add       The user is allergic to peanuts." in out
+    block = out.split("context() for the next model call", 1)[1]
+    assert "Berlin" in block and "Lisbon" not in block and "peanuts" in block
