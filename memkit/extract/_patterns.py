@@ -51,6 +51,13 @@ _ADV_WORDS = (
     r"no longer|not really"
 )
 _ADV = r"(?:\s+(?:" + _ADV_WORDS + r"))*"
+_ING_ADJECTIVES = (
+    r"exciting|amazing|interesting|inspiring|relaxing|challenging|rewarding|boring|exhausting|fascinating|"
+    r"refreshing|terrifying|surprising|annoying|frustrating|satisfying|touching|encouraging|heartwarming|"
+    r"overwhelming|stunning|charming|promising|thrilling|appealing|calming|soothing|amusing|astonishing|"
+    r"disappointing|embarrassing|entertaining|depressing|worrying|confusing|alarming|welcoming|uplifting|loving"
+)
+"""Words ending in -ing that describe rather than do: "so exciting!" is not "I'm exciting"."""
 SENTENCES: Final = re.compile(r"(?<=[.!?;])\s+|\s*\n+\s*|\s+-{1,2}\s+|\s+[\u2013\u2014]\s+")
 """Sentence ends, line breaks and dashes between clauses ("... powerful - I'd love to ...")."""
 
@@ -137,8 +144,9 @@ IMPLICIT_SUBJECT: Final = re.compile(
     r"^(?:gonna|going to|planning (?:to|on)|thinking (?:of|about)|hoping to|trying to|just (?=\w+ed\b)|"
     r"finally (?=\w+ed\b)|recently (?=\w+ed\b)|been (?=\w+ing\b)|(?!(?:loving|feeling|being|having|getting|"
     r"doing|seeing|hearing|talking|thinking|looking|wishing|hoping|knowing|something|nothing|anything|everything|"
-    r"thing|morning|evening|spring|king|sing|ring|bring|string|wedding|ceiling|building|meeting|feeling)\b)"
-    r"[a-z]+ing\b(?!.*\b(?:is|was|"
+    r"thing|morning|evening|spring|king|sing|ring|bring|string|wedding|ceiling|building|meeting|feeling|"
+    + _ING_ADJECTIVES
+    + r")\b)[a-z]+ing\s+\w(?!.*\b(?:is|was|"
     r"are|were|has|makes|sounds|looks|seems|helps|gives|can|will|isn't|wasn't|aren't|can't|won't|must|should)\b))",
     re.IGNORECASE,
 )
@@ -194,7 +202,8 @@ EVENT: Final = re.compile(
     r"(?:" + _I + r"|" + _WE + r")(?:'ve| have|'d| had)?" + _ADV + r" " + _PAST + r"\b|"
     r"(?:" + _I + r"|" + _WE + r")(?:'m| am|'re| are|'ve been| have been| was| were)" + _ADV +
     r" (?!(?:going|doing|feeling|wondering|hoping|thinking|kidding|joking|saying|asking|guessing|looking|talking|"
-    r"having|getting|planning|considering|dying|loving|curious|glad|happy|sorry|sure|afraid)\b)\w{3,}ing\b|"
+    r"having|getting|planning|considering|dying|curious|glad|happy|sorry|sure|afraid|" + _ING_ADJECTIVES +
+    r")\b)\w{3,}ing\b|"
     r"(?:" + _I + r"|" + _WE + r")" + _ADV + r" (?:started|finished|completed|joined|adopted|graduated|visited|"
     r"attended|celebrated|volunteered|participated|competed|learned|learnt|moved|bought|painted|ran|tried|"
     r"launched|published|received|earned)\b|" + _I + r" was" + _ADV + r" (?:at|in|on) \w",
