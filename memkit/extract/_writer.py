@@ -243,19 +243,22 @@ class FactWriter:
                 "context": self._context(turn, fact)}  # fmt: skip
 
     def _context(self, turn: ObservedTurn, fact: Fact) -> str | None:
-        """What is indexed with the fact but never shown (``FactWriterConfig.context``)."""
+        """What is indexed with the fact but never shown (``FactWriterConfig.context``), after the relation it
+        states in plain words ("the user lives in Porto" for "I moved to Porto": asked where they live, recall
+        finds it)."""
         mode, limit, at = self.config.context, self.config.context_chars, fact.message_index
         if mode == "none" or not 0 <= at < len(turn.messages):
             return None
+        relation = _relation_words(fact)
         if mode == "previous":
             before = " ".join(message_text(turn.messages[at - 1]).split()) if at > 0 else ""
-            return (before if len(before) <= limit else "…" + before[-limit:]) or None  # its end: the question
-        said = " ".join(message_text(turn.messages[at]).split())
-        if len(said) <= limit:
-            return said or None
-        middle = max(said.find(fact.quote[:40]), 0) + len(fact.quote[:40]) // 2
-        start = min(max(middle - limit // 2, 0), len(said) - limit)
-        return said[start : start + limit]
+            words = before if len(before) <= limit else "…" + before[-limit:]  # its end: the question
+        else:
+            said = " ".join(message_text(turn.messages[at]).split())
+            middle = max(said.find(fact.quote[:40]), 0) + len(fact.quote[:40]) // 2
+            start = min(max(middle - limit // 2, 0), max(len(said) - limit, 0))
+            words = said[start : start + limit]
+        return " ".join(part for part in (relation, words) if part) or None
 
     # -- events ---------------------------------------------------------------------------------------------------
     def _scope(self, turn: ObservedTurn) -> Scope:
@@ -278,6 +281,17 @@ class FactWriter:
             self.on_event(event)
         except Exception:  # a broken callback must not undo or stop writes already made
             log.exception("memkit: facts: the on_event callback raised; the write itself succeeded")
+
+
+def _relation_words(fact: Fact) -> str:
+    """ "the user lives in Porto", "Bea lives in Lisbon", "the user dislikes sushi": a fact's relation in words."""
+    if fact.slot is None or fact.subject is None or fact.value is None:
+        return ""
+    if fact.slot.startswith("taste:"):
+        return f"{fact.subject} {fact.value} {fact.slot.removeprefix('taste:')}."
+    verb = {"lives_in": "lives in", "works_at": "works at", "from": "is from", "is_named": "is named",
+            "age": "is aged"}.get(fact.slot, fact.slot.replace("_", " "))  # fmt: skip
+    return f"{fact.subject} {verb} {fact.value}."
 
 
 def _complete(decisions: Sequence[Decision], facts: Sequence[Fact]) -> list[Decision]:

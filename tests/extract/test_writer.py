@@ -55,8 +55,10 @@ async def test_a_turn_is_written_and_every_decision_reported(mem: Memkit) -> Non
                              "fact_value": "Paris"}  # fmt: skip
     hiking = next(m for m in added if m is not None and "hiking" in m.content)
     assert hiking.kind == "preference"
-    # Indexed with the words around it in its message (found by them), never shown: content is the fact alone.
-    assert home.context == hiking.context == "Hi! My name is Ada and I live in Paris. I love hiking. What time is it?"
+    # Indexed with its relation in plain words and the words around it in its message, never shown.
+    said = "Hi! My name is Ada and I live in Paris. I love hiking. What time is it?"
+    assert home.context == f"the user lives in Paris. {said}"
+    assert hiking.context == f"the user likes hiking. {said}"
     hits = await mem.long_term.recall("what time is it", user_id="ada", k=3)
     assert hits and hits[0].memory.content in {m.content for m in added if m is not None}
     bare = FactWriter(mem.long_term, config=FactWriterConfig(context="none"))
@@ -171,4 +173,4 @@ async def test_a_fact_can_be_indexed_with_the_question_it_answers(mem: Memkit) -
                                   {"role": "user", "content": "I grew up in Lyon."}], user_id="ada")  # fmt: skip
     [event] = _events(await writer.write(turn))
     assert event.memory is not None and event.memory.content == "The user grew up in Lyon."
-    assert event.memory.context == "…" + question[-40:]
+    assert event.memory.context == "the user grew up in Lyon. …" + question[-40:]
