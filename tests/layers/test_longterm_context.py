@@ -26,8 +26,9 @@ async def test_facts_sharing_a_context_stay_apart(mem: Memkit) -> None:
     first = await lt.store("The user lives in Porto", user_id="u", context=QUESTION)
     second = await lt.store("The user works as a nurse", user_id="u", context=QUESTION)
     assert (first.status, second.status) == ("stored", "stored")
-    batch = await lt.store_many([NewMemory(content="The user hikes on weekends", context=QUESTION),
-                                 NewMemory(content="The user plays the cello", context=QUESTION)], user_id="u")  # fmt: skip
+    pair = [NewMemory(content="The user hikes on weekends", context=QUESTION),
+            NewMemory(content="The user plays the cello", context=QUESTION)]  # fmt: skip
+    batch = await lt.store_many(pair, user_id="u")
     assert [r.status for r in batch] == ["stored", "stored"]
     assert len((await lt.list(user_id="u")).memories) == 4
 
