@@ -54,6 +54,9 @@ _NON_ASCII = re.compile(r"[^\x00-\x7f]")  # a character outside ASCII costs a to
 _ASTRAL = re.compile(r"[\U00010000-\U0010ffff]")  # emoji and the like: three or four tokens each
 _CASE_FLIPS = re.compile(r"[a-z][A-Z]|[A-Z]{2}[a-z]")  # camelCase, base64, random ids: a token at each flip
 _BLOBS = re.compile(r"[A-Za-z0-9+/=]{24,}")  # base64 and keys: ~2.5 characters a token
+_GLUED = re.compile(r"[|\\/<>{}\[\]=+*&^%$#@~][^\W\d_]")
+"""A symbol glued to a word ("|realise", "=value") is one piece but, unlike a quote or a parenthesis, almost
+never one token: regular expressions and markup under-counted by 25% without this."""
 _SPACE_RUNS = re.compile(r" {2,}")  # long runs of spaces are ~64 a token...
 _BLANK_RUNS = re.compile(r"\s*[\t\r\n\f\v]\s*")  # ...runs with newlines or tabs ~8 a token
 _SAFETY = 1.1
@@ -84,6 +87,7 @@ class EstimateTokenizer:
         words = _LONG_WORDS.findall(text)
         runs = (_ASCII_PUNCT_RUNS if ascii else _PUNCT_RUNS).findall(text)
         pieces += (sum(map(len, words)) - 6 * len(words)) / 4 + (sum(map(len, runs)) - 2 * len(runs)) / 2
+        pieces += len(_GLUED.findall(text))
         # The rarer shapes are looked for only when a cheap test says they may be there (this runs per message).
         if not text.islower():
             pieces += len(_CASE_FLIPS.findall(text))
