@@ -82,3 +82,33 @@ def test_plain_asyncio_run_closes_with_a_fold_in_flight(tmp_path: Path) -> None:
 
     messages = asyncio.run(asyncio.wait_for(agent(), timeout=10))
     assert messages[-1]["content"] == "Message 39 with a few more words in it."
+
+
+@pytest.mark.asyncio
+async def test_the_agent_loop_in_a_fixture(mem: Memkit) -> None:
+    await mem.observe(user_id="ada", session_id="s1", messages=[{"role": "user", "content": "I live in Lyon."}])
+    ctx = await mem.context(user_id="ada", session_id="s1", query="Where do I live?", wait_for_writes=True)
+    assert "Lyon" in ctx.text and ctx.errors == {}
+    with pytest.raises(MemkitError):
+        await mem.observe(user_id="ada", messages=[])
+
+
+def test_the_agent_loop_under_plain_asyncio(tmp_path: Path) -> None:
+    import asyncio
+
+    async def main() -> str:
+        try:
+            async with Memkit(f"sqlite:///{tmp_path / 'a.db'}", embedder="hashing") as client:
+                await client.observe(user_id="ada", messages=[{"role": "user", "content": "I work at Acme."}])
+                await client.context(user_id="ada", query="", wait_for_writes=True)  # an empty query
+        except ContentError as exc:  # caught around the block, as itself
+            return str(exc)
+        return "no error"
+
+    assert "query" in asyncio.run(main())
+
+    async def written() -> list[str]:
+        async with Memkit(f"sqlite:///{tmp_path / 'a.db'}", embedder="hashing") as client:
+            return [m.content for m in (await client.long_term.list(user_id="ada")).memories]
+
+    assert "The user works at Acme." in asyncio.run(written())  # the queued turn was written on the way out
