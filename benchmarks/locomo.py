@@ -10,8 +10,11 @@ paper's: per question, the share of its evidence dia_ids in the top k (a
 question without evidence counts 1), averaged over questions. Only the public
 API and the data file are used: no tuning per question, no answers.
 
-``--compare`` also runs the reference design's weights and single-signal
-pipelines in the same run (embeddings are cached, so they cost little).
+``--compare`` also runs the reference design's weights, single-signal
+pipelines and each retrieval lever flipped (``benchmarks._lme_levers``, shared
+with the LongMemEval benchmark) in the same run (embeddings are cached, so
+they cost little). ``--embed-cache DIR`` keeps the model's vectors on disk
+across runs (``benchmarks._embed_cache``): figures unchanged, re-runs fast.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from tqdm import tqdm
 from memkit import LongTermConfig, Memkit, Turn, Weights
 from memkit.embedders import CachedEmbedder, Embedder, HashingEmbedder, LocalEmbedder
 
+from ._embed_cache import DiskCachedEmbedder, warm_cache
+from ._lme_levers import lever_variants
 from ._locomo_data import CATEGORIES, Conversation, load, resolve_path
 from ._report import print_table, write_json
 
@@ -152,21 +157,38 @@ def make_embedder(name: str) -> Embedder:
     return CachedEmbedder(HashingEmbedder() if name == "hashing" else LocalEmbedder(), max_entries=1_000_000)
 
 
-async def amain(args: argparse.Namespace) -> None:
-    conversations = load(resolve_path(args.data))[: args.limit or None]
-    embedder = make_embedder(args.embedder)
+def cached_embedder(name: str, cache_dir: str | None) -> tuple[Embedder, DiskCachedEmbedder | None]:
+    """The benchmark's embedder, kept on disk in ``cache_dir`` when given (the disk cache returned too)."""
+    if not cache_dir:
+        return make_embedder(name), None
+    disk = DiskCachedEmbedder(HashingEmbedder() if name == "hashing" else LocalEmbedder(), cache_dir)
+    return CachedEmbedder(disk, max_entries=1_000_000), disk
+
+
+async def run_all(
+    conversations: list[Conversation], embedder: Embedder, url: str, compare: bool
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     base = LongTermConfig()
-    summary = await run_pipeline(conversations, base, embedder, args.url, "default pipeline")
+    summary = await run_pipeline(conversations, base, embedder, url, "default pipeline")
     rows = [{**summary, "pipeline": "default"}]
-    summary["pipeline"] = {"url": args.url, "embedder": embedder.model_id, **msgspec.to_builtins(base)}
-    if args.compare:
+    summary["pipeline"] = {"url": url, "embedder": embedder.model_id, **msgspec.to_builtins(base)}
+    if compare:
         summary["variants"] = []
-        for name, overrides in COMPARE.items():
+        for name, overrides in {**COMPARE, **lever_variants(base)}.items():
             config = msgspec.structs.replace(base, **overrides)
-            variant = await run_pipeline(conversations, config, embedder, args.url, name)
+            variant = await run_pipeline(conversations, config, embedder, url, name)
             rows.append({**variant, "pipeline": name})
             variant["pipeline"] = msgspec.to_builtins(config)
             summary["variants"].append({"name": name, **variant})
+    return summary, rows
+
+
+async def amain(args: argparse.Namespace) -> None:
+    conversations = load(resolve_path(args.data))[: args.limit or None]
+    embedder, disk = cached_embedder(args.embedder, args.embed_cache)
+    if disk is not None:  # a dry run (in memory) finds the texts, embedded at once longest first
+        await warm_cache(disk, lambda recorder: run_all(conversations, recorder, "memory://", args.compare))
+    summary, rows = await run_all(conversations, embedder, args.url, args.compare)
     print_table(rows, ["pipeline", "recall@5", "recall@10", "recall@25", "ingest_s", "recall_p50_ms", "recall_p95_ms"])
     print_table([{"category": c, **v} for c, v in summary["by_category"].items()],
                 ["category", "n", "recall@5", "recall@10", "recall@25"])  # fmt: skip
@@ -184,6 +206,7 @@ def main() -> None:
                         help="storage URL; '{conversation}' in it is replaced by the sample id "
                              "(e.g. sqlite:////tmp/locomo-{conversation}.db)")  # fmt: skip
     parser.add_argument("--embedder", choices=["local", "hashing"], default="local")
+    parser.add_argument("--embed-cache", help="directory of a persistent embedding cache (re-runs skip the model)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N conversations")
     parser.add_argument("--compare", action="store_true", help="also run the comparison pipelines")
     anyio.run(amain, parser.parse_args())

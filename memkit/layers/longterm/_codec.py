@@ -184,12 +184,14 @@ def decode(record: Record) -> Memory:
     )
 
 
-def to_hit(hit: Hit, neighbour: float) -> RecallHit:
+def to_hit(hit: Hit, neighbour: float = 0.0, session: float = 0.0, time: float = 0.0) -> RecallHit:
     scores = hit.scores
     return RecallHit(
         memory=decode(hit.record),
-        score=scores.final + neighbour,
+        score=scores.final + neighbour + session + time,
         neighbour=neighbour,
+        session=session,
+        time=time,
         similarity=scores.similarity,
         lexical=scores.lexical,
         recency=scores.recency,

@@ -45,7 +45,9 @@ from memkit.layers.longterm._codec import decode, dedupe_key, expiry, index_text
 from memkit.layers.longterm._codec import filters as build_filters
 from memkit.layers.longterm._conversation import claim_positions, forget_thread_states, remove_turn_text
 from memkit.layers.longterm._history import current_only, history, mark_superseded
-from memkit.layers.longterm._ranking import neighbour_rerank, rrf_rerank
+from memkit.layers.longterm._passages import delete_keys, key_records, key_texts, keys_collection, passage_words
+from memkit.layers.longterm._pipeline import blend_rank
+from memkit.layers.longterm._ranking import rrf_rerank
 from memkit.layers.longterm._records import (
     LongTermConfig,
     Memory,
@@ -55,13 +57,16 @@ from memkit.layers.longterm._records import (
     StoreResult,
     SupersedeResult,
 )
+from memkit.layers.longterm._when import query_windows
 from memkit.layers.longterm._writes import NewMemory, plan_memories, store_batch
 
 __all__ = ["LongTermMemory"]
 
 
-"""Per collection: the embedder whose vectors it holds (model id and dimension)."""
 _MAX_LIST_LIMIT = 1_000
+_MAX_TURN_CHARS = 1_000_000
+"""The longest turn ``add_turns`` takes, whatever ``max_content_chars`` says: a transcript is not the caller's
+to shorten, so a long turn is stored whole (and indexed as passages), never refused with its session."""
 _MAX_CURSOR_CHARS = 16_384
 """Longer than any cursor a backend makes (base64 of a timestamp and an id of at most 512 characters, each
 escaped as ``\\uXXXX`` at worst: ~4,100); the backend decodes and checks the rest."""
@@ -106,6 +111,7 @@ class LongTermMemory:
     async def setup(self) -> None:
         """Create the collection and check it holds vectors of this embedder (never a silent mix)."""
         await claim_collection(self.backend, self.embedder, self._collection, "LongTermConfig")
+        await claim_collection(self.backend, self.embedder, keys_collection(self._collection), "LongTermConfig")
 
     async def aclose(self) -> None:
         return None
@@ -222,7 +228,7 @@ class LongTermMemory:
             raise ValidationError("add_turns takes a list of Turn")
         for turn in turns:
             check_turn(turn)  # before anything is claimed
-        contents = [check_content(turn_content(t), self.config.max_content_chars, "turn") for t in turns]
+        contents = [check_content(turn_content(t), _MAX_TURN_CHARS, "turn") for t in turns]
         metadata = [check_metadata(t.metadata) for t in turns]
         if not turns:
             return []
@@ -233,10 +239,36 @@ class LongTermMemory:
                                                    context_turns=self.config.context_turns)  # fmt: skip
             memories = turn_memories(turns, contents, metadata, context, scope=scope, thread=thread, first=first,
                                      importance=importance)  # fmt: skip
-            vectors = await self._embed([index_text(m) for m in memories])
-            await self.backend.upsert(self._collection, [to_record(m, v) for m, v in zip(memories, vectors,
-                                                                                          strict=True)])  # fmt: skip
+            await self._write_turns(memories, turns)
             return memories
+
+    async def _write_turns(self, memories: builtins.list[Memory], turns: Sequence[Turn]) -> None:
+        """The turns' records, then their keys (passages of long turns, facts): one embedding call for both."""
+        texts = [index_text(m) for m in memories]
+        extra = await self._facts(turns) if self.config.fact_keys else [[] for _ in turns]
+        words = passage_words(self.embedder, self.config.passage_words)
+        keys = [key_texts(m, text, words, more) for m, text, more in zip(memories, texts, extra, strict=True)]
+        vectors = await self._embed(texts + [key for group in keys for key in group])
+        records = [to_record(m, v) for m, v in zip(memories, vectors, strict=False)]
+        await self.backend.upsert(self._collection, records)
+        key_rows, at = [], len(memories)
+        for memory, record, group in zip(memories, records, keys, strict=True):
+            key_rows.extend(key_records(memory, record, group, vectors[at : at + len(group)]))
+            at += len(group)
+        if key_rows:
+            await self.backend.upsert(keys_collection(self._collection), key_rows)
+
+    async def _facts(self, turns: Sequence[Turn]) -> builtins.list[builtins.list[str]]:
+        """What the offline fact extractor reads in each turn (in a worker thread: it is CPU work)."""
+        from memkit.extract import HeuristicFactExtractor, ObservedTurn  # imports the graph layer: lazily
+
+        extractor = HeuristicFactExtractor()
+
+        def read() -> builtins.list[builtins.list[str]]:
+            return [[fact.text for fact in extractor.read(ObservedTurn(messages=[
+                {"role": "user", "name": turn.speaker, "content": turn.text}])).facts] for turn in turns]  # fmt: skip
+
+        return await anyio.to_thread.run_sync(read)
 
     async def update(
         self,
@@ -282,7 +314,18 @@ class LongTermMemory:
             updated = await update_record(self.backend, self._collection, memory_id, scope, change)
         if updated is None:
             raise NotFoundError(f"memory {memory_id!r} was forgotten while being updated")
+        if updated.kind == "turn":  # its keys carry its text, importance, expiry and fields: written anew
+            async with self._scope_lock(scope):
+                await delete_keys(self.backend, self._collection, [updated])
+                await self._write_keys(updated)
         return updated
+
+    async def _write_keys(self, memory: Memory) -> None:
+        found = await self.backend.get(self._collection, [memory.id], memory.scope)
+        texts = key_texts(memory, index_text(memory), passage_words(self.embedder, self.config.passage_words))
+        if found and texts:
+            vectors = await self._embed(texts)
+            await self.backend.upsert(keys_collection(self._collection), key_records(memory, found[0], texts, vectors))
 
     async def supersede(
         self,
@@ -360,6 +403,7 @@ class LongTermMemory:
                 return False
             memory = decode(found[0])
             if memory.kind == "turn":
+                await delete_keys(self.backend, self._collection, [memory])
                 await remove_turn_text(self.backend, self._collection, memory, self.config.context_turns, self._embed)
             return True
 
@@ -381,12 +425,19 @@ class LongTermMemory:
                 if not page.records:
                     break
                 total += await self.backend.delete(self._collection, [r.id for r in page.records], scope)
+            keys = keys_collection(self._collection)
+            while True:  # the turns' keys: derived, not counted
+                page = await self.backend.scan(keys, scope, limit=1000)
+                if not page.records or not await self.backend.delete(keys, [r.id for r in page.records], scope):
+                    break
             await forget_thread_states(self.backend, self._collection, scope)
         return total
 
     async def sweep_expired(self) -> int:
         """Delete expired memories now (recall never returns them, swept or not)."""
-        return await self.backend.delete_expired(self._collection, now_epoch())
+        now = now_epoch()
+        await self.backend.delete_expired(keys_collection(self._collection), now)
+        return await self.backend.delete_expired(self._collection, now)
 
     # -- reads ------------------------------------------------------------------------------------------
     async def get(
@@ -470,21 +521,27 @@ class LongTermMemory:
             min_importance=check_importance(min_importance),
             min_score=-math.inf if threshold is None else float(threshold),
         )  # fmt: skip
+        windows = query_windows(query_text, utcnow() if as_of is None else as_of) if self.config.time_weight else []
+
+        async def rank(query: Query, k: int) -> Any:
+            return await self._rank(query, k, windows)
+
         if check_flag(include_superseded, "include_superseded"):
-            ranked = await self._rank(backend_query, k)
+            ranked = await rank(backend_query, k)
         else:
-            ranked = await current_only(self._rank, backend_query, k)
-        hits = [to_hit(hit, boost) for hit, boost in ranked]
+            ranked = await current_only(rank, backend_query, k)
+        hits = [to_hit(hit, *boosts) for hit, boosts in ranked]
         if self._access is not None and self.config.track_access and hits:
             self._access.touch(self.backend, self._collection, [hit.memory.id for hit in hits])
         return hits
 
-    async def _rank(self, query: Query, k: int) -> Any:
+    async def _rank(self, query: Query, k: int, windows: builtins.list[tuple[float, float]]) -> Any:
         if self.config.fusion == "rrf":
-            return await rrf_rerank(self.backend, self._collection, query, k)
-        if self.config.neighbour_weight > 0:
-            return await neighbour_rerank(self.backend, self._collection, query, k, self.config.neighbour_weight)
-        return [(hit, 0.0) for hit in await self.backend.query(self._collection, query)]
+            return [(hit, (boost,)) for hit, boost in await rrf_rerank(self.backend, self._collection, query, k)]
+        config = self.config
+        return await blend_rank(self.backend, self._collection, query, k, neighbour_weight=config.neighbour_weight,
+                                session_weight=config.session_weight, time_weight=config.time_weight,
+                                windows=windows, keys=True)  # fmt: skip
 
     # -- helpers ----------------------------------------------------------------------------------------
     async def _embed(self, texts: builtins.list[str]) -> Any:

@@ -67,6 +67,10 @@ class RecallHit(msgspec.Struct, frozen=True, kw_only=True):
     importance: float
     neighbour: float = 0.0
     """Boost from the best neighbouring conversation turn (0 for memories that are not turns)."""
+    session: float = 0.0
+    """Boost from the best candidate turn of the same thread (``LongTermConfig.session_weight``)."""
+    time: float = 0.0
+    """Boost for a turn said inside a window of time the query names (``LongTermConfig.time_weight``)."""
 
 
 class LongTermConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -74,6 +78,8 @@ class LongTermConfig(msgspec.Struct, frozen=True, kw_only=True):
     min_importance: float = 0.0
     """The importance gate: memories below it are not stored (the caller gets status "rejected")."""
     max_content_chars: int = 8_000
+    """The longest memory ``store`` takes (a longer one is refused: a memory is a statement, not a document).
+    Conversation turns are not limited by it: ``add_turns`` stores a long turn whole, indexed as passages."""
     dedupe: bool = True
     merge_threshold: float = 0.92
     """Cosine similarity at or above which a new memory updates an existing one in the same scope."""
@@ -91,6 +97,16 @@ class LongTermConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Share of the best neighbouring turn's score a conversation turn gets (0 turns this off)."""
     context_turns: int = 1
     """How many previous turns ``add_turns`` indexes with each turn as its context."""
+    passage_words: int | None = None
+    """Words per passage of a turn longer than the embedder's window (each passage is a key of the turn, scored
+    beside it; the turn is returned once, with its best score). None: from the embedder's ``window``, else 150."""
+    session_weight: float = 0.0
+    """Share of the best candidate turn of its thread a turn gets (sessions as units; 0 turns this off)."""
+    time_weight: float = 0.0
+    """Boost for turns said inside a window of time the query names ("last Saturday", "in May"), resolved
+    against recall's ``as_of`` (0 turns this off)."""
+    fact_keys: bool = False
+    """Index the facts the offline extractor reads in each turn as extra keys of the turn."""
 
     def __post_init__(self) -> None:
         _check_config(self)
@@ -155,6 +171,11 @@ def _check_config(config: LongTermConfig) -> None:
     require(isinstance(config.track_access, bool), "track_access must be True or False")
     require(finite(config.neighbour_weight) and config.neighbour_weight >= 0, "neighbour_weight must be >= 0")
     require(integer(config.context_turns, 0, 20), "context_turns must be an integer in 0..20")
+    require(config.passage_words is None or integer(config.passage_words, 16, 100_000),
+            "passage_words must be None or an integer in 16..100,000")  # fmt: skip
+    require(finite(config.session_weight) and config.session_weight >= 0, "session_weight must be >= 0")
+    require(finite(config.time_weight) and config.time_weight >= 0, "time_weight must be >= 0")
+    require(isinstance(config.fact_keys, bool), "fact_keys must be True or False")
     require(isinstance(config.fusion, str) and config.fusion in ("blend", "rrf"), "fusion must be 'blend' or 'rrf'")
     require(isinstance(config.weights, Weights), "weights must be a memkit.Weights")
 

@@ -1,0 +1,32 @@
+"""The retrieval levers both quality benchmarks flip, one at a time, in ``--compare`` (LoCoMo and LongMemEval
+share them, so a default is judged on both in the same way)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memkit import LongTermConfig
+
+__all__ = ["lever_variants"]
+
+_NO_PASSAGES = 100_000
+"""``passage_words`` so large that no turn is ever split: one key per turn, as before passages."""
+
+
+def lever_variants(base: LongTermConfig) -> dict[str, dict[str, Any]]:
+    """Each lever flipped from the default: on where it is off, off where it is on."""
+    found: dict[str, dict[str, Any]] = {}
+    if base.passage_words == _NO_PASSAGES:
+        found["passages for long turns"] = {"passage_words": None}
+    else:
+        found["no passages (one key per turn)"] = {"passage_words": _NO_PASSAGES}
+    for name, field, values in (("session boost", "session_weight", (0.1, 0.25)),
+                                ("time boost", "time_weight", (0.1, 0.2))):  # fmt: skip
+        current = getattr(base, field)
+        if current:
+            found[f"no {name}"] = {field: 0.0}
+        for value in values:
+            if value != current:
+                found[f"{name} {value}"] = {field: value}
+    found["no fact keys" if base.fact_keys else "fact keys"] = {"fact_keys": not base.fact_keys}
+    return found

@@ -1,0 +1,100 @@
+"""The blended ranking: the store's fused score, keys folded in, then boosts from what surrounds a turn.
+
+    score = fused (its best key's, if higher) + neighbour + session + time
+
+- neighbour: ``neighbour_weight`` x the best score of the turn just before or after it in its thread (LoCoMo's
+  questions often match the turn before the answer);
+- session: ``session_weight`` x the best score of any candidate turn of its thread (the session as a unit:
+  turns of a session that holds strong evidence rise together);
+- time: ``time_weight`` when the turn was said inside a window of time the query names ("last Saturday",
+  "two weeks ago", "in May"), resolved against the recall's ``as_of`` (``_when``).
+
+Boosts are computed over the store's best candidates (deeper than ``k`` when any boost is on), so a turn must
+first be a candidate to be lifted. With every boost at 0 the ranking is the store's own.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import msgspec
+
+from memkit.backend import Backend, Hit, Query
+from memkit.layers._turns import TURN_KEY, turn_key
+from memkit.layers.longterm._passages import fold_keys
+
+__all__ = ["Boosts", "Ranked", "blend_rank"]
+
+
+class Boosts(NamedTuple):
+    neighbour: float
+    session: float
+    time: float
+
+
+Ranked = list[tuple[Hit, Boosts]]
+_NONE = Boosts(0.0, 0.0, 0.0)
+_WINDOW_DEPTH = 100
+"""Candidates read when the query names a time: the turns of that day compete with the whole history."""
+
+
+def _neighbour_keys(key: str) -> tuple[str, str]:
+    thread, _, position = key.rpartition("#")
+    return turn_key(thread, int(position) - 1), turn_key(thread, int(position) + 1)
+
+
+async def blend_rank(
+    backend: Backend,
+    collection: str,
+    query: Query,
+    k: int,
+    *,
+    neighbour_weight: float,
+    session_weight: float,
+    time_weight: float,
+    windows: list[tuple[float, float]],
+    keys: bool,
+) -> Ranked:
+    """Top ``k`` by the fused score plus the boosts, each hit with its boosts."""
+    timed = time_weight > 0 and bool(windows)
+    boosted = neighbour_weight > 0 or session_weight > 0 or timed
+    depth = max(2 * k, 20, _WINDOW_DEPTH if timed else 0) if boosted else k
+    deeper = msgspec.structs.replace(query, k=depth)
+    candidates = await backend.query(collection, deeper)
+    if keys:
+        candidates = await fold_keys(backend, collection, deeper, candidates)
+    if not boosted:
+        return [(hit, _NONE) for hit in candidates[:k]]
+    base = {str(hit.record.fields[TURN_KEY]): hit.scores.final for hit in candidates if TURN_KEY in hit.record.fields}
+    if neighbour_weight > 0 and base:
+        candidates = candidates + await _missing_neighbours(backend, collection, query, base)
+    best_in_thread: dict[str, float] = {}
+    for key, score in base.items():
+        thread = key.rpartition("#")[0]
+        best_in_thread[thread] = max(best_in_thread.get(thread, score), score)
+    rescored = []
+    for hit in candidates:
+        turn = hit.record.fields.get(TURN_KEY)
+        boosts = _NONE
+        if turn is not None:
+            turn = str(turn)
+            neighbour = max((base.get(n, 0.0) for n in _neighbour_keys(turn)), default=0.0)
+            boosts = Boosts(neighbour_weight * neighbour, session_weight * best_in_thread.get(turn.rpartition("#")[0],
+                            0.0), 0.0)  # fmt: skip
+        if timed and any(start <= hit.record.timestamp < end for start, end in windows):
+            boosts = boosts._replace(time=time_weight)
+        rescored.append((hit.scores.final + sum(boosts), hit, boosts))
+    rescored.sort(key=lambda item: (-item[0], item[1].record.id))
+    return [(hit, boosts) for _, hit, boosts in rescored[:k]]
+
+
+async def _missing_neighbours(backend: Backend, collection: str, query: Query, base: dict[str, float]) -> list[Hit]:
+    """The candidates' neighbouring turns that are not candidates themselves, scored by the store (filtered to
+    their exact turn keys); their scores join ``base``."""
+    missing = sorted({n for key in base for n in _neighbour_keys(key)} - set(base))
+    if not missing:
+        return []
+    filters = {**query.filters, TURN_KEY: missing}
+    extra = await backend.query(collection, msgspec.structs.replace(query, k=len(missing), filters=filters))
+    base.update({str(hit.record.fields[TURN_KEY]): hit.scores.final for hit in extra})
+    return extra
