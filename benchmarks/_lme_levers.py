@@ -29,4 +29,9 @@ def lever_variants(base: LongTermConfig) -> dict[str, dict[str, Any]]:
             if value != current:
                 found[f"{name} {value}"] = {field: value}
     found["no fact keys" if base.fact_keys else "fact keys"] = {"fact_keys": not base.fact_keys}
+    if base.context_words is not None:
+        found["whole previous turn as context"] = {"context_words": None}
+    for words in (24, 48):
+        if words != base.context_words:
+            found[f"context: last {words} words of the previous turn"] = {"context_words": words}
     return found

@@ -195,3 +195,16 @@ async def test_fact_keys_index_what_the_extractor_reads() -> None:
         assert any("Porto" in (r.text or "") for r in page.records)
         hits = await mem.long_term.recall("where does the user live?", user_id="jo", k=1)
         assert hits[0].memory.id == turn.id
+
+
+async def test_clipped_context_is_forgotten_with_its_turn(store_url: str) -> None:
+    config = LongTermConfig(context_words=5)
+    said = ["one two three four five six seven eight nine ten", "the answer is a teapot", "a third turn"]
+    async with Memkit(store_url, embedder=HashingEmbedder(64), long_term=config) as mem:
+        stored = await mem.long_term.add_turns([Turn(speaker="Sam", text=t, at=DAY) for t in said], user_id="jo")
+        assert stored[1].context == "six seven eight nine ten"  # the end of the turn before, where a question is
+        assert await mem.long_term.forget(stored[0].id, user_id="jo")
+        after = await mem.long_term.get(stored[1].id, user_id="jo")
+        assert after.context is None
+        hits = await mem.long_term.recall("six seven eight nine ten", user_id="jo", k=3)
+        assert all("seven" not in (h.memory.context or "") + h.memory.content for h in hits)

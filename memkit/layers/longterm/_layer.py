@@ -236,7 +236,8 @@ class LongTermMemory:
         # index text needs the context, which depends on the claimed position.
         async with self._scope_lock(scope):
             first, context = await claim_positions(self.backend, self._collection, scope, thread, contents,
-                                                   context_turns=self.config.context_turns)  # fmt: skip
+                                                   context_turns=self.config.context_turns,
+                                                   context_words=self.config.context_words)  # fmt: skip
             memories = turn_memories(turns, contents, metadata, context, scope=scope, thread=thread, first=first,
                                      importance=importance)  # fmt: skip
             await self._write_turns(memories, turns)
@@ -404,7 +405,8 @@ class LongTermMemory:
             memory = decode(found[0])
             if memory.kind == "turn":
                 await delete_keys(self.backend, self._collection, [memory])
-                await remove_turn_text(self.backend, self._collection, memory, self.config.context_turns, self._embed)
+                await remove_turn_text(self.backend, self._collection, memory, self.config.context_turns, self._embed,
+                                       context_words=self.config.context_words)  # fmt: skip
             return True
 
     async def forget_all(

@@ -97,6 +97,9 @@ class LongTermConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Share of the best neighbouring turn's score a conversation turn gets (0 turns this off)."""
     context_turns: int = 1
     """How many previous turns ``add_turns`` indexes with each turn as its context."""
+    context_words: int | None = None
+    """The last words of each previous turn kept as context (None: whole turns): a question ends the turn
+    before its answer, and a long previous turn drowns the turn's own words."""
     passage_words: int | None = None
     """Words per passage of a turn longer than the embedder's window (each passage is a key of the turn, scored
     beside it; the turn is returned once, with its best score). None: from the embedder's ``window``, else 150."""
@@ -171,6 +174,8 @@ def _check_config(config: LongTermConfig) -> None:
     require(isinstance(config.track_access, bool), "track_access must be True or False")
     require(finite(config.neighbour_weight) and config.neighbour_weight >= 0, "neighbour_weight must be >= 0")
     require(integer(config.context_turns, 0, 20), "context_turns must be an integer in 0..20")
+    require(config.context_words is None or integer(config.context_words, 1, 100_000),
+            "context_words must be None or an integer in 1..100,000")  # fmt: skip
     require(config.passage_words is None or integer(config.passage_words, 16, 100_000),
             "passage_words must be None or an integer in 16..100,000")  # fmt: skip
     require(finite(config.session_weight) and config.session_weight >= 0, "session_weight must be >= 0")
