@@ -5,8 +5,8 @@ words are invisible to the similarity signal. A turn whose indexed text (its con
 than the window gets keys: its content cut into overlapping passages that each fit. Keys are records of a
 collection of their own (``<collection>_keys``, so ``list``, ``count`` and export see only memories), each with
 its own vector and text, the turn's scope, timestamp, importance, expiry and fields, and the turn's id in
-``parent``. Recall scores keys beside turns and folds them back: a turn is returned once, with the score of its
-best key or its own, whichever is higher. Keys are derived data: forgetting or changing a turn rewrites them.
+``parent``. Recall scores keys beside turns and folds them back: a turn is returned once, with the similarity of
+its best key or its own, whichever is higher. Keys are derived data: forgetting or changing a turn rewrites them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, Final
 
 import msgspec
 
-from memkit.backend import Backend, Hit, Query, Record
+from memkit.backend import Backend, Hit, Query, Record, Weights
+from memkit.layers._turns import TURN_KEY
 from memkit.layers.longterm._codec import record_fields
 from memkit.layers.longterm._records import Memory
 
@@ -108,28 +109,39 @@ async def delete_keys(backend: Backend, collection: str, memories: Sequence[Memo
 
 
 async def fold_keys(backend: Backend, collection: str, query: Query, hits: list[Hit]) -> list[Hit]:
-    """``hits`` (the collection's best candidates) with the best keys' parents folded in: each memory once, with
-    its best score (its own or its best key's); a memory found only by a key is read from the collection."""
-    keyed = await backend.query(keys_collection(collection), query)
-    if not keyed:
+    """``hits`` (the collection's best candidates) with their keys folded in: a turn's similarity is its best
+    key's when that is higher, and its fused score rises by the similarity weight times the difference. Keys
+    lend similarity only: the turn's own record is scored by BM25 over all its words already, and a key's text
+    score would be scaled by the best key in scope, not by the best turn. A turn found only by a key is scored
+    by the store (filtered to its turn key), then lifted the same way; each turn is returned once."""
+    weight = query.weights.similarity
+    if weight <= 0 or query.vector is None:
         return hits
-    best: dict[str, Hit] = {}
+    dense = Weights(similarity=weight, lexical=0.0, recency=0.0, importance=0.0)
+    keyed = await backend.query(keys_collection(collection), msgspec.structs.replace(query, text=None, weights=dense))
+    best: dict[str, float] = {}
+    turn_of: dict[str, str] = {}
     for hit in keyed:
         parent = str(hit.record.fields.get(PARENT, ""))
-        if parent and (parent not in best or hit.scores.final > best[parent].scores.final):
-            best[parent] = hit
-    by_id = {hit.record.id: hit for hit in hits}
-    missing = [parent for parent in best if parent not in by_id]
-    records = {r.id: r for r in await backend.get(collection, missing, query.scope)} if missing else {}
-    folded = []
-    for hit in hits:
-        key = best.get(hit.record.id)
-        folded.append(hit if key is None or key.scores.final <= hit.scores.final else _as(hit.record, key))
-    folded.extend(_as(records[parent], best[parent]) for parent in missing if parent in records)
+        if parent and hit.scores.similarity > best.get(parent, -2.0):
+            best[parent] = hit.scores.similarity
+            turn_of[parent] = str(hit.record.fields.get(TURN_KEY, ""))
+    if not best:
+        return hits
+    have = {hit.record.id for hit in hits}
+    missing = sorted({turn_of[p] for p in best if p not in have and turn_of[p]})
+    if missing:
+        filters = {**query.filters, TURN_KEY: missing}
+        hits = hits + await backend.query(collection, msgspec.structs.replace(query, k=len(missing), filters=filters))
+    folded = [_lifted(hit, best.get(hit.record.id), weight) for hit in hits]
     folded.sort(key=lambda hit: (-hit.scores.final, hit.record.id))
     return folded
 
 
-def _as(record: Record, key: Hit) -> Hit:
-    """The memory's record with its key's scores."""
-    return msgspec.structs.replace(key, record=record)
+def _lifted(hit: Hit, key_similarity: float | None, weight: float) -> Hit:
+    scores = hit.scores
+    if key_similarity is None or key_similarity <= scores.similarity:
+        return hit
+    lifted = msgspec.structs.replace(scores, similarity=key_similarity,
+                                     final=scores.final + weight * (key_similarity - scores.similarity))  # fmt: skip
+    return msgspec.structs.replace(hit, scores=lifted)
