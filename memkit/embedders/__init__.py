@@ -1,6 +1,6 @@
 """Embedders: the protocol, a local model, an OpenAI-compatible client, a hashing fallback, a cache.
 
-``LocalEmbedder`` imports sentence-transformers only when it first embeds.
+``LocalEmbedder`` imports its runtime (ONNX Runtime, or sentence-transformers) only when it first embeds.
 """
 
 from memkit.embedders._base import CachedEmbedder, Embedder, as_unit_vectors

