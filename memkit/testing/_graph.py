@@ -116,6 +116,38 @@ class GraphConformance:
         whole = await g.related("hub", depth=1, fan_out=100, user_id="u")
         assert len(whole.nodes) == 32 and not whole.truncated
 
+    async def test_walks_by_node_lists_agree_with_walks_by_scan(self, backend: Backend) -> None:
+        g = await _graph(backend, GraphConfig(adjacency_cap=8))  # small: hubs overflow their lists
+        edges = [Edge(source="hub", relation="knows", target=f"p{i}") for i in range(20)]
+        edges += [Edge(source=f"p{i}", relation="knows", target=f"p{(i * 7) % 20}") for i in range(20)]
+        edges += [Edge(source="p3", relation="likes", target="p3")]  # a loop
+        await g.upsert(edges=edges, user_id="u")
+        await g.upsert_edge("p1", "lives_in", "Paris", user_id="u")
+        await g.upsert_edge("p1", "lives_in", "London", user_id="u")  # ends the Paris edge
+        await g.upsert_edge("p2", "knows", "p9", valid_to=datetime(2001, 1, 1, tzinfo=UTC), user_id="u")
+        await g.delete_edge("hub", "knows", "p5", user_id="u")
+        await g.delete_node("p6", user_id="u")
+        scanning = await _graph(backend, GraphConfig(adjacency_cap=0))  # reads every hop by scan
+        for root in ("hub", "p1", "p2", "p3", "Paris", "London"):
+            for depth, fan_out, direction in ((1, 3, "out"), (2, 5, "both"), (2, 20, "in"), (3, 40, "both")):
+                kw = {"depth": depth, "fan_out": fan_out, "direction": direction, "user_id": "u"}
+                by_list, by_scan = await g.related(root, **kw), await scanning.related(root, **kw)  # type: ignore[arg-type]
+                assert by_list.depth == by_scan.depth, (root, kw)
+                assert {e.id for e in by_list.edges} == {e.id for e in by_scan.edges}, (root, kw)
+                assert by_list.truncated == by_scan.truncated, (root, kw)
+        assert "Paris" not in {n.name for n in (await g.related("p1", depth=1, user_id="u")).nodes}
+        assert "p6" not in {n.name for n in (await g.related("hub", depth=2, fan_out=40, user_id="u")).nodes}
+
+    async def test_a_listed_edge_that_is_gone_is_never_followed(self, backend: Backend) -> None:
+        g = await _graph(backend)
+        await g.upsert(edges=[Edge(source="Ada", relation="knows", target=n) for n in ("Bob", "Cy", "Di")],
+                       user_id="u")  # fmt: skip
+        [bob] = [e for e in await g.edges("Ada", user_id="u") if e.target == "Bob"]
+        # Deleted behind the layer's back (as a crash between a node's list and its edge would leave it):
+        await backend.delete(g.config.edges_collection, [bob.id or ""], Scope(user_id="u"))
+        walked = await g.related("Ada", depth=1, user_id="u")
+        assert {n.name for n in walked.nodes} == {"Ada", "Cy", "Di"} and len(walked.edges) == 2
+
     async def test_graphs_of_users_and_agents_never_mix(self, backend: Backend) -> None:
         g = await _graph(backend)
         await g.upsert_edge("Ada", "works_at", "Acme", user_id="u")

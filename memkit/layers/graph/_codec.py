@@ -26,6 +26,9 @@ from memkit.layers._keys import digest_of, key_of
 from memkit.layers.graph._records import DEFAULT_TYPE, Edge, Interval, Node
 
 __all__ = [
+    "IN",
+    "OUT",
+    "Adjacent",
     "EdgeBody",
     "NodeBody",
     "decode_edge",
@@ -54,6 +57,23 @@ _NOT_WORD = re.compile(r"[^\w]+")
 _EDGE_PUNCTUATION = "\"'`.,;:!?()[]{}<>"
 
 
+class Adjacent(msgspec.Struct, frozen=True, array_like=True):
+    """One of a node's newest edges, as the node keeps it (see ``_adjacency``)."""
+
+    edge: str
+    node: str
+    """The other end (the node itself for a loop)."""
+    rel: str
+    stamp: float
+    """The edge record's scan-order time: the list is newest first, as a scan is."""
+    way: int
+    """``OUT`` when the node is the source, ``IN`` the target, both bits for a loop."""
+
+
+OUT: Final = 1
+IN: Final = 2
+
+
 class NodeBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     name: str
     type: str = DEFAULT_TYPE
@@ -61,6 +81,13 @@ class NodeBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     attributes: dict[str, Any] = msgspec.field(default_factory=dict)
     created: float = 0.0
     updated: float = 0.0
+    adjacent: list[Adjacent] = msgspec.field(default_factory=list)
+    """The node's newest edges that hold (or will), newest first, at most ``GraphConfig.adjacency_cap``."""
+    indexed: bool = False
+    """Whether ``adjacent`` is kept: true for nodes created since it exists (older ones are read by scan)."""
+    more: bool = False
+    """Whether edges older than ``adjacent``'s last may hold too (the cap cut some): a walk wanting more
+    than the list has reads the node by scan."""
 
 
 class EdgeBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -112,9 +139,9 @@ def edge_id(owner: str, src: str, relation: str, dst: str) -> str:
 
 
 # -- nodes ------------------------------------------------------------------------------------------------
-def new_node(node: Node, now: float) -> NodeBody:
+def new_node(node: Node, now: float, *, indexed: bool) -> NodeBody:
     return NodeBody(name=node.name.strip(), type=node.type or DEFAULT_TYPE, aliases=_unique([], node.aliases),
-                    attributes=dict(node.attributes), created=now, updated=now)  # fmt: skip
+                    attributes=dict(node.attributes), created=now, updated=now, indexed=indexed)  # fmt: skip
 
 
 def merge_node(stored: NodeBody, node: Node, now: float, max_aliases: int) -> NodeBody:
@@ -209,6 +236,11 @@ def _newest(items: list[str], keep: int) -> list[str]:
     return items[-keep:] if keep else []
 
 
+def is_live(body: EdgeBody, now: float) -> bool:
+    """Whether the edge holds at ``now`` or will later: what the ``LIVE`` marks and node adjacency keep."""
+    return any(e is None or e > now for _, e in body.history)
+
+
 def edge_record(scope: Scope, record_id: str, body: EdgeBody, *, now: float, stamp: float) -> Record:
     """Fields ``out`` / ``in`` / ``ends``: the source, the target, both, each also marked ``LIVE`` while the
     edge holds (or will end later than ``now``). Node ids are the owner's own, so no owner filter is needed."""
@@ -216,7 +248,7 @@ def edge_record(scope: Scope, record_id: str, body: EdgeBody, *, now: float, sta
     out: tuple[str, ...]
     into: tuple[str, ...]
     both: tuple[str, ...]
-    if any(e is None or e > now for _, e in body.history):  # it holds
+    if is_live(body, now):
         out, into = (src, src + LIVE), (dst, dst + LIVE)
         both = out if src == dst else (src, dst, src + LIVE, dst + LIVE)
     else:

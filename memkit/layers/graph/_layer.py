@@ -11,9 +11,10 @@ import anyio.lowlevel
 
 from memkit._time import now_epoch
 from memkit._validation import MAX_ID_CHARS, check_content, check_int, check_moment, check_text
-from memkit.backend import Backend, Scope
-from memkit.errors import NotFoundError, ScopeError, ValidationError
+from memkit.backend import Backend, Record, Scope
+from memkit.errors import CorruptDataError, NotFoundError, ScopeError, ValidationError
 from memkit.layers._cas import KeyedLocks
+from memkit.layers.graph._adjacency import removals
 from memkit.layers.graph._codec import (
     LIVE,
     OWNER,
@@ -51,6 +52,19 @@ def _owner(user_id: str | None, agent_id: str | None) -> Scope:
     if user_id is None and agent_id is None:
         raise ScopeError("pass user_id= or agent_id=: a graph belongs to one user or one agent")
     return Scope(user_id=user_id, agent_id=agent_id)
+
+
+def _ends(records: Sequence[Record]) -> list[tuple[str, str, str]]:
+    """(edge id, source id, target id) of each edge record that decodes (a walk drops the entries of the
+    others when it finds their edges gone)."""
+    ends = []
+    for record in records:
+        try:
+            body = decode_edge(record)
+        except CorruptDataError:
+            continue
+        ends.append((record.id, body.src, body.dst))
+    return ends
 
 
 class KnowledgeGraph:
@@ -166,7 +180,7 @@ class KnowledgeGraph:
         found = (await writer.resolve([check_name(name, self.config)])).get(normal_name(name))
         if found is None:
             return False
-        await self._delete_edges(writer, {"ends": (found.id,)})
+        await self._delete_edges(writer, {"ends": (found.id,)}, keep=found.id)
         return await self.backend.delete(self.config.nodes_collection, [found.id], writer.scope) > 0
 
     async def delete_edge(
@@ -181,7 +195,9 @@ class KnowledgeGraph:
             return False
         rel = check_edge(Edge(source=source, relation=relation, target=target), self.config).relation
         record_id = edge_id(writer.owner, src.id, rel, dst.id)
-        return await self.backend.delete(self.config.edges_collection, [record_id], writer.scope) > 0
+        deleted = await self.backend.delete(self.config.edges_collection, [record_id], writer.scope) > 0
+        await writer.change_lists(removals([(record_id, src.id, dst.id)]), None)  # after: see _adjacency
+        return deleted
 
     async def forget_all(self, *, user_id: str | None = None, agent_id: str | None = None) -> int:
         """Delete a user's (or agent's) whole graph; returns how many nodes and edges were deleted."""
@@ -207,7 +223,9 @@ class KnowledgeGraph:
             if (cursor := page.next_cursor) is None:
                 return total
 
-    async def _delete_edges(self, writer: GraphWriter, filters: dict[str, Any]) -> int:
+    async def _delete_edges(self, writer: GraphWriter, filters: dict[str, Any], *, keep: str) -> int:
+        """Delete the edges ``filters`` finds, then their other ends' entries for them (``keep``: the node
+        whose edges these are, itself about to be deleted)."""
         total = 0
         while True:
             page = await self.backend.scan(self.config.edges_collection, writer.scope, filters=filters, limit=_PAGE)
@@ -215,6 +233,7 @@ class KnowledgeGraph:
                                                 writer.scope)  # fmt: skip
             if not deleted:  # nothing left (or nothing this scope may delete): never loop on it
                 return total
+            await writer.change_lists(removals(_ends(page.records), keep=keep), None)
             total += deleted
 
     # -- reads ------------------------------------------------------------------------------------------

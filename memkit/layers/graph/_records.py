@@ -136,6 +136,9 @@ class GraphConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Most nodes one walk returns."""
     max_edges_per_hop: int = 5_000
     """Edges read per hop at most: a hub with more is cut (``Subgraph.truncated``)."""
+    adjacency_cap: int = 64
+    """Newest edges each node keeps a list of: a walk's hop reads those by id (a ``fan_out`` beyond it, or a
+    walk ``as_of`` the past, reads by scan). 0 keeps none: every hop scans, and edge writes leave nodes be."""
     max_name_chars: int = 200
     max_aliases: int = 50
     max_provenance: int = 20
@@ -166,7 +169,8 @@ def _check_config(config: GraphConfig) -> None:
     require(integer(config.default_depth, 1, max(1, config.max_depth) if integer(config.max_depth, 1, 10) else 1),
             "default_depth must be an integer in 1..max_depth")  # fmt: skip
     for field, low, high in (("default_fan_out", 1, 10_000), ("max_nodes", 1, 100_000),
-                             ("max_edges_per_hop", 1, 1_000_000), ("max_name_chars", 1, 10_000),
+                             ("max_edges_per_hop", 1, 1_000_000), ("adjacency_cap", 0, 10_000),
+                             ("max_name_chars", 1, 10_000),
                              ("max_aliases", 0, 1_000), ("max_provenance", 0, 1_000), ("max_batch", 1, 1_000_000),
                              ("extract_max_tokens", 1, 100_000)):  # fmt: skip
         require(integer(getattr(config, field), low, high), f"{field} must be an integer in {low}..{high:,}")

@@ -1,10 +1,12 @@
-"""k-hop walks over the stored edges: a filtered scan per frontier node, limits and cycle safety in the layer.
+"""k-hop walks over the stored edges: limits and cycle safety in the layer.
 
-Each hop reads, for each frontier node, its newest ``fan_out`` edges with one ``scan`` (a filter on the
-edge's end field, pushed into every backend's index; a few nodes at a time), so the most recently asserted
-relations are followed and a hub with thousands of edges costs what a small node does. One scan over the
-whole frontier was tried first: a hub in it made every hop read (and decode) all of the hub's edges.
-Nodes are read once, at the end, with one ``get``. A visited set makes cycles harmless.
+Each hop follows, for each frontier node, its newest ``fan_out`` edges, so the most recently asserted
+relations are followed and a hub with thousands of edges costs what a small node does. Where the node's
+list of newest edges can say which (``_adjacency``), the whole frontier's are read with one ``get``; else
+with one ``scan`` per node (a filter on the edge's end field, pushed into every backend's index; a few
+nodes at a time). One scan over the whole frontier was tried first: a hub in it made every hop read (and
+decode) all of the hub's edges. A hop's nodes are read with one ``get`` before the next hop (their lists),
+the rest at the end. A visited set makes cycles harmless.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import msgspec
 
 from memkit._concurrency import gather_bounded
 from memkit.backend import FilterValue, Record, RecordStore, Scope
+from memkit.layers.graph._adjacency import candidates
 from memkit.layers.graph._codec import (
     LIVE,
+    Adjacent,
     EdgeBody,
     decode_edge,
     decode_node,
@@ -51,17 +55,19 @@ async def walk(
 ) -> Subgraph:
     """The neighbourhood of ``root`` within ``limits``: breadth first, ``fan_out`` edges per node and hop."""
     depth = {root.id: 0}
+    records = {root.id: root}
     kept: dict[str, tuple[int, EdgeBody]] = {}
     frontier = [root.id]
     truncated = False
-    budget = max(limits.fan_out, config.max_edges_per_hop // len(frontier))
     for hop in range(1, limits.depth + 1):
-        calls = [functools.partial(_edges_of, store, config, scope=scope, node=node, limits=limits,
-                                   now=now, budget=budget) for node in frontier]  # fmt: skip
+        budget = max(limits.fan_out, config.max_edges_per_hop // len(frontier))
+        found = await _hop(store, config, scope=scope, frontier=frontier, records=records, limits=limits,
+                           now=now, budget=budget, room=limits.max_nodes - len(depth))  # fmt: skip
         reached: list[str] = []
-        for node, (found, cut) in zip(frontier, await gather_bounded(calls, _SCANS_AT_ONCE), strict=True):
+        for node in frontier:
+            edges, cut = found[node]
             truncated |= cut
-            for record_id, body in found:
+            for record_id, body in edges:
                 there = body.dst if body.src == node else body.src
                 if there not in depth:
                     if len(depth) >= limits.max_nodes:
@@ -73,9 +79,59 @@ async def walk(
         frontier = reached
         if not frontier:
             break
-        budget = max(limits.fan_out, config.max_edges_per_hop // len(frontier))
+        unread = [node for node in frontier if node not in records]
+        if hop < limits.depth and unread:  # the next hop starts from these nodes' lists
+            records.update((r.id, r) for r in await store.get(config.nodes_collection, unread, scope))
     ordered = sorted(((hop, rid, body) for rid, (hop, body) in kept.items()), key=lambda k: k[0])
-    return await _subgraph(store, config, scope=scope, root=root, depth=depth, kept=ordered, truncated=truncated)
+    return await _subgraph(store, config, scope=scope, records=records, root=root, depth=depth, kept=ordered,
+                           truncated=truncated)  # fmt: skip
+
+
+Found = tuple[list[tuple[str, EdgeBody]], bool]
+"""A node's edges a hop follows (id and body), and whether it has more."""
+
+
+async def _hop(
+    store: RecordStore,
+    config: GraphConfig,
+    *,
+    scope: Scope,
+    frontier: list[str],
+    records: dict[str, Record],
+    limits: WalkLimits,
+    now: float,
+    budget: int,
+    room: int,
+) -> dict[str, Found]:
+    """The edges each frontier node's hop follows: those its list of newest edges names, all read with one
+    ``get``; a node whose list cannot say, or names an edge that is gone or has ended, is read by scan.
+    ``records`` gains the nodes read on the way (at most ``room``)."""
+    plans: dict[str, tuple[list[Adjacent], bool]] = {}
+    if limits.as_of is None and config.adjacency_cap:  # lists hold what holds now (or later), not the past
+        for node in frontier:
+            if (record := records.get(node)) is not None and (
+                plan := candidates(decode_node(record), limits.direction, limits.relations, limits.fan_out)
+            ) is not None:
+                plans[node] = plan
+    wanted = [entry.edge for entries, _ in plans.values() for entry in entries]
+    # The nodes the lists lead to are read beside their edges (one round trip, not two): those a walk
+    # that stops at max_nodes can still reach; an edge that fails its check only costs a node read.
+    ahead = list(dict.fromkeys(e.node for entries, _ in plans.values() for e in entries if e.node not in records))
+    reads = [functools.partial(store.get, config.edges_collection, wanted, scope),
+             functools.partial(store.get, config.nodes_collection, ahead[: max(0, room)], scope)]  # fmt: skip
+    got_edges, got_nodes = await gather_bounded(reads, 2) if wanted else ([], [])
+    edges = {r.id: r for r in got_edges}
+    records.update((r.id, r) for r in got_nodes)
+    found: dict[str, Found] = {}
+    for node, (entries, more) in plans.items():
+        followed = [(e.edge, decode_edge(edges[e.edge])) for e in entries if e.edge in edges]
+        if len(followed) == len(entries) and all(holds_at(body, None, now) for _, body in followed):
+            found[node] = (followed, more)
+    scans = [node for node in frontier if node not in found]
+    calls = [functools.partial(_edges_of, store, config, scope=scope, node=node, limits=limits, now=now,
+                               budget=budget) for node in scans]  # fmt: skip
+    found.update(zip(scans, await gather_bounded(calls, _SCANS_AT_ONCE), strict=True))
+    return found
 
 
 async def _edges_of(
@@ -119,14 +175,16 @@ async def _subgraph(
     config: GraphConfig,
     *,
     scope: Scope,
+    records: dict[str, Record],
     root: Record,
     depth: dict[str, int],
     kept: list[tuple[int, str, EdgeBody]],
     truncated: bool,
 ) -> Subgraph:
-    others = [node_id for node_id in depth if node_id != root.id]
-    records = {r.id: r for r in await store.get(config.nodes_collection, others, scope)} if others else {}
-    records[root.id] = root
+    """The walk's nodes (``records``: those read already) and the edges between them."""
+    others = [node_id for node_id in depth if node_id not in records]
+    if others:
+        records.update((r.id, r) for r in await store.get(config.nodes_collection, others, scope))
     nodes: list[Node] = [to_node(i, decode_node(records[i])) for i in sorted(depth, key=depth.__getitem__)
                          if i in records]  # fmt: skip
     present = {n.id for n in nodes}

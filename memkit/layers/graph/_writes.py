@@ -17,7 +17,9 @@ from typing import Final, TypeVar
 from memkit._concurrency import gather_bounded
 from memkit.backend import FilterValue, Record, RecordStore, Scope
 from memkit.layers._cas import KeyedLocks, merge_record
+from memkit.layers.graph._adjacency import Changes, changes_for, with_changes
 from memkit.layers.graph._codec import (
+    Adjacent,
     EdgeBody,
     NodeBody,
     decode_edge,
@@ -122,7 +124,7 @@ class GraphWriter:
 
     def _build_node(self, target: str, given: list[Node], current: Record | None) -> Record | None:
         if current is None:
-            body = new_node(given[0], self.now)
+            body = new_node(given[0], self.now, indexed=self.config.adjacency_cap > 0)
             rest = given[1:]
         else:
             body = stored = decode_node(current)
@@ -135,7 +137,10 @@ class GraphWriter:
 
     # -- edges ------------------------------------------------------------------------------------------
     async def write_edges(self, edges: Sequence[Edge], nodes: dict[str, Record]) -> list[tuple[str, EdgeBody]]:
-        """Merge each edge between its resolved endpoints; returns (id, stored body) per edge, in order."""
+        """Merge each edge between its resolved endpoints; returns (id, stored body) per edge, in order.
+
+        The endpoints' lists of newest edges (``_adjacency``) are written before the edges they name, and
+        again after any edge a concurrent writer made this one write with a later stamp."""
         merges: dict[str, list[Edge]] = {}
         ends_of: dict[str, tuple[str, str, str, str]] = {}
         order = []
@@ -147,12 +152,43 @@ class GraphWriter:
             merges.setdefault(target, []).append(edge)
             order.append(target)
         builds = [(t, functools.partial(self._build_edge, t, ends_of[t], given)) for t, given in merges.items()]
-        stored = await self._merge_all(self.config.edges_collection, builds, None)
+        collection = self.config.edges_collection
+        known = {r.id: r for r in await self.store.get(collection, list(merges), self.scope)}
+        pairs, stored = self._plan(builds, known)
+        planned = {record.id: record for record, _ in pairs}
+        await self.index([*stored.values(), *planned.values()], {r.id: r for r in nodes.values()})
+        stored.update(await self._commit(collection, builds, pairs))
+        await self.index([r for t, r in stored.items() if t in planned and r is not planned[t]], None)
         bodies = {t: self.body_of(r, decode_edge) for t, r in stored.items()}
         functional = [t for t, given in merges.items() if any(self._is_functional(e) for e in given)]
         if functional:
             bodies.update(await self._end_replaced([bodies[t] for t in functional]))
         return [(t, bodies[t]) for t in order]
+
+    async def index(self, edges: Sequence[Record], nodes: dict[str, Record] | None) -> None:
+        """Bring the endpoints' lists of newest edges in line with these edge records (``nodes``: the
+        endpoints' records when the caller has read them, else they are read)."""
+        if edges and self.config.adjacency_cap:
+            await self.change_lists(changes_for(((r, self.body_of(r, decode_edge)) for r in edges), self.now), nodes)
+
+    async def change_lists(self, changes: Changes, nodes: dict[str, Record] | None) -> None:
+        """Apply ``changes`` to the nodes' lists of newest edges, each node by compare-and-set."""
+        if not changes or not self.config.adjacency_cap:
+            return
+        builds = [(node, functools.partial(self._build_list, node, change)) for node, change in changes.items()]
+        known = None if nodes is None else {n: nodes[n] for n in changes if n in nodes}
+        if known is not None and len(known) < len(changes):
+            known = None  # an endpoint the caller did not pass: read them all
+        await self._merge_all(self.config.nodes_collection, builds, known)
+
+    def _build_list(self, target: str, change: dict[str, Adjacent | None], current: Record | None) -> Record | None:
+        if current is None:
+            return None  # deleted meanwhile: no list to keep
+        stored = self.body_of(current, decode_node)
+        body = with_changes(stored, change, self.config.adjacency_cap)
+        if body is stored:
+            return None
+        return self._made(node_record(self.owner, self.scope, target, body, current.timestamp), body)
 
     def _is_functional(self, edge: Edge) -> bool:
         return edge.functional if edge.functional is not None else edge.relation in self.functional
@@ -199,6 +235,7 @@ class GraphWriter:
                 if later:
                     builds.append((rid, functools.partial(self._build_end, min(later))))
         ended = await self._merge_all(self.config.edges_collection, builds, None)
+        await self.index(list(ended.values()), None)
         return {rid: self.body_of(r, decode_edge) for rid, r in ended.items()}
 
     def _build_end(self, at: float, current: Record | None) -> Record | None:
@@ -220,19 +257,35 @@ class GraphWriter:
             return {}
         if known is None:  # else the caller read them: an id it did not find is absent (a first guess only)
             known = {r.id: r for r in await self.store.get(collection, [t for t, _ in builds], self.scope)}
-        stored: dict[str, Record] = {}
+        pairs, stored = self._plan(builds, known)
+        stored.update(await self._commit(collection, builds, pairs))
+        return stored
+
+    @staticmethod
+    def _plan(
+        builds: Sequence[tuple[str, Build]], known: dict[str, Record]
+    ) -> tuple[list[tuple[Record, bytes | None]], dict[str, Record]]:
+        """Each build run on what was read: the (record, expected body) pairs to write, and the stored
+        records that need no write."""
+        unchanged: dict[str, Record] = {}
         pairs: list[tuple[Record, bytes | None]] = []
         for target, build in builds:
             current = known.get(target)
             record = build(current)
             if record is None:
                 if current is not None:
-                    stored[target] = current
+                    unchanged[target] = current
             else:
                 pairs.append((record, None if current is None else current.body))
+        return pairs, unchanged
+
+    async def _commit(
+        self, collection: str, builds: Sequence[tuple[str, Build]], pairs: list[tuple[Record, bytes | None]]
+    ) -> dict[str, Record]:
+        """Write the planned pairs at once; each one another writer changed meanwhile is merged again, alone."""
         written = await self.store.replace_many(collection, pairs) if pairs else []
         lost = {record.id for (record, _), ok in zip(pairs, written, strict=True) if not ok}
-        stored.update((record.id, record) for (record, _), ok in zip(pairs, written, strict=True) if ok)
+        stored = {record.id: record for (record, _), ok in zip(pairs, written, strict=True) if ok}
         retries = [functools.partial(self._retry, collection, t, build) for t, build in builds if t in lost]
         for record in await gather_bounded(retries, _WRITES_AT_ONCE):
             if record is not None:
