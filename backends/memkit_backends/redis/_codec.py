@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import msgspec
 import numpy as np
 
 from memkit.backend import Fields, Record, Scope
@@ -28,11 +29,12 @@ __all__ = ["decode_fields", "decode_record", "encode_record", "scope_from_hash",
 Counters = Sequence[bytes | None]
 """A record's counters hash read as ``HMGET key n t``: access count, last access (absent: None)."""
 COUNTER_FIELDS: Final = ("n", "t")
+_json_loads = msgspec.json.decode  # the same values as json.loads, several times faster: two per record read
 
 
 def scope_from_hash(raw: Mapping[bytes, bytes]) -> Scope:
     if b"scope" in raw:
-        user_id, agent_id, session_id = json.loads(raw[b"scope"])
+        user_id, agent_id, session_id = _json_loads(raw[b"scope"])
         return Scope(user_id=user_id, agent_id=agent_id, session_id=session_id)
     return Scope(  # written before the scope field (one field per id, absent when None)
         user_id=raw[b"uid"].decode() if b"uid" in raw else None,
@@ -43,7 +45,7 @@ def scope_from_hash(raw: Mapping[bytes, bytes]) -> Scope:
 
 def decode_fields(raw: bytes) -> Fields:
     """Stored JSON keeps a tag field as a list; the contract hands it back as a tuple."""
-    fields: dict[str, Any] = json.loads(raw)
+    fields: dict[str, Any] = _json_loads(raw)
     return {key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()}
 
 

@@ -23,6 +23,8 @@ from typing import Any, Final, NamedTuple
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.connection import HiredisRespSerializer
+from redis.utils import HIREDIS_AVAILABLE
 
 from memkit.backend import StorageURL
 from memkit.errors import InvalidURLError
@@ -51,6 +53,34 @@ def _tls(url: StorageURL) -> dict[str, Any]:
     return options
 
 
+class _HiredisPacking:
+    """Commands packed by hiredis (C) rather than redis-py's Python packer, which its asyncio connections
+    use even with hiredis installed: a ``get`` of 30 records spent a third of its time packing the keys."""
+
+    _serializer = HiredisRespSerializer()
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        packed: list[bytes] = self._serializer.pack(*args)
+        return packed
+
+
+class _Connection(_HiredisPacking, aioredis.Connection):
+    pass
+
+
+class _SSLConnection(_HiredisPacking, aioredis.SSLConnection):
+    pass
+
+
+def _with_hiredis_packing(client: aioredis.Redis) -> aioredis.Redis:
+    pool = client.connection_pool
+    classes: dict[type[Any], type[Any]] = {aioredis.Connection: _Connection, aioredis.SSLConnection: _SSLConnection}
+    faster = classes.get(pool.connection_class)
+    if faster is not None and HIREDIS_AVAILABLE:  # (a Unix socket keeps redis-py's own)
+        pool.connection_class = faster
+    return client
+
+
 def make_client(url: StorageURL) -> tuple[aioredis.Redis, Settings]:
     """The client for ``url`` (not yet connected) and memkit's own settings; bad options raise here."""
     tls = url.scheme == "rediss"
@@ -75,4 +105,4 @@ def make_client(url: StorageURL) -> tuple[aioredis.Redis, Settings]:
         protocol=2,
         **(_tls(url) if tls else {}),
     )
-    return client, settings
+    return _with_hiredis_packing(client), settings
