@@ -229,8 +229,10 @@ LAYER_CASES = [
     *scope_cases("add_turns", ok=INJECT[:8]),
     *cases("Turn", "speaker", ValidationError, *NOT_TEXT, None, *BAD_TEXT),
     *cases("Turn", "speaker", OK, "Sam: x", "' OR 1=1", "*"),
-    *cases("Turn", "text", ContentError, *NOT_TEXT, None, "", "  ", "\x00", "\ud800", "x" * 7996),
-    *cases("Turn", "text", OK, "x" * 7995, *INJECT[:6]),
+    # A turn is "Sam: " + text; past max_content_chars it is stored whole and indexed as passages, past
+    # add_turns' own limit (1,000,000 characters) refused:
+    *cases("Turn", "text", ContentError, *NOT_TEXT, None, "", "  ", "\x00", "\ud800", "x" * 999_996),
+    *cases("Turn", "text", OK, "x" * 7995, "x" * 7996, *INJECT[:6]),
     *cases("Turn", "at", ValidationError, *MOMENT_BAD),
     *cases("Turn", "at", OK, *MOMENT_OK),
     *cases("Turn", "metadata", ValidationError, *METADATA_BAD[:12]),
