@@ -168,16 +168,23 @@ class ColumnarCollection:
         texts: list[tuple[int, list[str]]] = []
         for record in batch:
             row = self._row_of.get(record.id)
+            same_fields = same_text = False
             if row is None:
                 row = len(self._records)
                 self._records.append(None)
                 self._row_of[record.id] = row
             else:
-                self._unindex(row)
+                # A rewrite that changes only the body (a graph node's list of edges, a counter) keeps
+                # its index entries: re-indexing them was a third of a graph upsert.
+                old = self._records[row]
+                same_fields = old is not None and old.fields == record.fields
+                same_text = old is not None and old.text == record.text
+                self._unindex(row, fields=not same_fields, text=not same_text)
                 rewritten.append(row)
             self._records[row] = _bare(record, self.dtype)
-            self._index_fields(row, record)
-            if record.text:
+            if not same_fields:
+                self._index_fields(row, record)
+            if record.text and not same_text:
                 words = None if tokens is None else tokens.get(record.id)
                 texts.append((row, tokenize(record.text) if words is None else words))
             rows.append(row)
@@ -294,14 +301,16 @@ class ColumnarCollection:
             if np.isnan(last) or at > last:
                 self._last_access[row] = at
 
-    def _unindex(self, row: int) -> None:
+    def _unindex(self, row: int, *, fields: bool = True, text: bool = True) -> None:
         record = self._records[row]
         if record is None:
             return
-        for name, value in record.fields.items():
-            for key in field_keys(name, value):
-                self._fields.discard(key, row)
-        self._lexical.remove(row)
+        if fields:
+            for name, value in record.fields.items():
+                for key in field_keys(name, value):
+                    self._fields.discard(key, row)
+        if text:
+            self._lexical.remove(row)
 
     def delete(self, ids: Iterable[str], scope: Scope | None = None) -> list[str]:
         deleted = []
