@@ -4,7 +4,8 @@
     memkit mcp --url ... --transport http --port 8765            # streamable HTTP on 127.0.0.1
 
 Only this package imports ``mcp`` (``pip install 'memkit-sdk[mcp]'``); ``import memkit`` never does.
-Tools and their registry are in ``_tools.py`` and ``_registry.py``, the scoping rule in ``_scoping.py``.
+Tools and their registry are in ``_tools.py`` (``context`` in ``_context_tool.py``) and ``_registry.py``,
+the scoping rule in ``_scoping.py``.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ def _instructions(scoping: Scoping) -> str:
     who = (f"Calls act for user {scoping.user_id!r} unless they name another in user_id."
            if scoping.allow_any_user else f"Every call acts for user {scoping.user_id!r}.")  # fmt: skip
     return ("Long-term memory for this user: remember facts and preferences worth keeping, recall them before "
-            "answering, forget what the user asks to forget. Episodes record finished tasks; lessons gives "
-            "advice from them. The knowledge graph holds entities and how they relate. Working state and "
-            f"checkpoints hold a task's progress. {who}")  # fmt: skip
+            "answering (or call context for one block of everything relevant), forget what the user asks to "
+            "forget. Episodes record finished tasks; lessons gives advice from them. The knowledge graph holds "
+            f"entities and how they relate. Working state and checkpoints hold a task's progress. {who}")  # fmt: skip
 
 
 def build_server(mem: Memkit, scoping: Scoping) -> MCPServer[Any]:
@@ -41,6 +42,7 @@ def build_server(mem: Memkit, scoping: Scoping) -> MCPServer[Any]:
     from mcp.server.mcpserver import MCPServer
     from mcp_types import ToolAnnotations
 
+    import memkit.mcp_server._context_tool  # (registers the context tool)
     import memkit.mcp_server._tools  # noqa: F401  (registers the tools)
     from memkit import __version__
     from memkit.mcp_server._resources import add_resources

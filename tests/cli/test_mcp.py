@@ -22,7 +22,7 @@ pytest.importorskip("mcp")
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TOOLS = {"remember", "recall", "forget", "list_memories", "record_episode", "lessons", "working_set", "working_get",
-         "checkpoint_save", "checkpoint_load", "graph_upsert", "graph_related"}  # fmt: skip
+         "checkpoint_save", "checkpoint_load", "graph_upsert", "graph_related", "context"}  # fmt: skip
 
 
 def _env() -> dict[str, str]:

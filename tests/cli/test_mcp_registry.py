@@ -15,7 +15,7 @@ async def test_every_tool_describes_each_parameter_and_its_result() -> None:
 
     async with Memkit("memory://", embedder="hashing") as mem:
         tools = await build_server(mem, Scoping("ada")).list_tools()
-    assert len(tools) == 12
+    assert len(tools) == 13
     for tool in tools:
         assert tool.description and len(tool.description) > 40, tool.name
         assert tool.output_schema is not None, tool.name
