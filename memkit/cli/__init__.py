@@ -108,6 +108,8 @@ def _add_memory_commands(commands: Any, common: argparse.ArgumentParser) -> None
     sweep.set_defaults(handler=_async("_commands.sweep"))
     stats = commands.add_parser("stats", parents=[common], help="counts per collection, kind and user; "
                                 "embedder; size on disk")  # fmt: skip
+    stats.add_argument("--plot", metavar="FILE.png", help="also draw the memories over time by kind to this PNG "
+                       "(needs the plot extra: matplotlib)")  # fmt: skip
     stats.set_defaults(handler=_async("_stats.stats"))
 
 

@@ -1,4 +1,5 @@
-"""``memkit stats``: what a store holds, per collection, kind and user, and its size on disk."""
+"""``memkit stats``: what a store holds, per collection, kind and user, and its size on disk; ``--plot``
+draws its long-term memories over time by kind (``_plot.py``)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,15 @@ import argparse
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
 
 from memkit.cli._output import ExitCode, print_json, print_table
 from memkit.cli._store import COLLECTIONS, claimed_identities, open_store
+
+if TYPE_CHECKING:
+    from memkit.cli._plot import Timeline
 
 __all__ = ["stats"]
 
@@ -29,8 +33,9 @@ def _size_on_disk(mem: Any) -> int | None:
     return sum(p.stat().st_size for p in (base, Path(f"{base}-wal"), Path(f"{base}-shm")) if p.exists())
 
 
-async def _count(mem: Any, collection: str) -> dict[str, Any]:
-    """One pass over the collection's live records (a scan, so it works the same on every backend)."""
+async def _count(mem: Any, collection: str, timeline: Timeline | None = None) -> dict[str, Any]:
+    """One pass over the collection's live records (a scan, so it works the same on every backend); each
+    record is also dated on ``timeline`` when given (the plot's data, read in the same pass)."""
     from memkit.backend import Scope
 
     by_group: Counter[str] = Counter()
@@ -43,6 +48,8 @@ async def _count(mem: Any, collection: str) -> dict[str, Any]:
             by_group[str(record.fields.get(_GROUP_FIELD[collection], "?"))] += 1
             scope = record.scope
             by_user[scope.user_id or (f"agent:{scope.agent_id}" if scope.agent_id else "-")] += 1
+            if timeline is not None:
+                timeline.add(record)
         if page.next_cursor is None:
             break
         cursor = page.next_cursor
@@ -50,20 +57,40 @@ async def _count(mem: Any, collection: str) -> dict[str, Any]:
             "by_user": dict(by_user.most_common())}  # fmt: skip
 
 
+async def _plot(timeline: Timeline, path: Path, url: Any) -> None:
+    from functools import partial
+
+    from memkit.cli._plot import draw
+
+    title = f"Long-term memories in {url}, by kind"
+    await anyio.to_thread.run_sync(partial(draw, timeline, path, title=title, now=time.time()))
+
+
 async def stats(args: argparse.Namespace) -> int:
+    timeline = None
+    if args.plot is not None:
+        from memkit.cli._plot import Timeline, check_matplotlib
+
+        check_matplotlib()  # before the store is opened: a missing extra fails at once
+        timeline = Timeline()
     async with open_store(args.url, embedder=args.embedder) as mem:
         claims = await claimed_identities(mem.url)
         collections = {}
         for collection in COLLECTIONS:
             identity = claims.get(collection)
-            counts = await _count(mem, collection)
+            counts = await _count(mem, collection, timeline if collection == "long_term" else None)
             embedder = None if identity is None else {"model_id": identity[0], "dim": identity[1]}
             collections[collection] = {"embedder": embedder, **counts}
         size = await anyio.to_thread.run_sync(_size_on_disk, mem)
         report = {"url": str(mem.url), "size_bytes": size, "collections": collections}
+    if timeline is not None:
+        await _plot(timeline, Path(args.plot), mem.url)
+        report["plot"] = str(args.plot)
     if args.json:
         print_json(report)
         return ExitCode.OK
+    if timeline is not None:
+        print(f"plot  {args.plot}")
     print(f"store  {mem.url}" + ("" if size is None else f"  ({size / 1e6:.1f} MB on disk)"))
     for name, info in collections.items():
         model = info["embedder"]
