@@ -5,16 +5,26 @@
 For N in 10k, 100k, 1M vectors of dimension 384 and each storage dtype
 (float32, float16, int8), all in one run:
 
-- fused_ms: median ms per query of the numba kernel (masks, hybrid score, top-10).
+- fused_ms: median ms per query of the numba kernel (masks, hybrid score, top-10);
+  for float16 / int8 it includes rescoring its shortlist from the float32 rows.
+- scan_ms: the same without rescoring (the stored form's own top-10).
 - numpy_ms: the NumPy reference computing the same hybrid score and top-10
   (quantized rows are decoded first, as NumPy has no fast float16 / int8 matmul).
-- floor_ms: one pass reading the same stored bytes with the same threads, nothing else.
-- recall_at_10: overlap of the dtype's top-10 with exact float32 top-10.
+- floor_ms: one pass reading the same stored bytes with the same threads, nothing else;
+  floor_gb_s is that pass in GB/s, the machine's bandwidth (printed, and in the
+  .machine.json), so figures from different machines compare.
+- speedup_vs_f32: float32's fused_ms over this dtype's, timed in the same rounds.
+- recall_at_10: overlap of the dtype's (rescored) top-10 with exact float32 top-10;
+  scan_recall_at_10 the same without rescoring.
+
+Every kernel, scan and floor of one N is timed round-robin, one call each per round,
+so machine noise hits all of them alike and every ratio comes from the same rounds.
 
 The data is synthetic but shaped like embeddings: unit vectors around 2,000
 cluster centres, queries near stored rows, random importance and timestamps
-over a year. For NumPy figures on machines that set OPENBLAS_CORETYPE or
-OPENBLAS_L2_SIZE, unset both for this command only.
+over a year. At 1M its best scores lie ~1e-4 apart, under int8's rounding noise.
+For NumPy figures on machines that set OPENBLAS_CORETYPE or OPENBLAS_L2_SIZE,
+unset both for this command only.
 """
 
 from __future__ import annotations
@@ -34,7 +44,9 @@ from memkit.scoring import (
     Columns,
     ScoreParams,
     StorageDtype,
+    bandwidth_gb_s,
     encode_vectors,
+    get_threads,
     reference_top_k,
     stream_floor,
     top_k,
@@ -44,7 +56,8 @@ from ._report import machine_info, print_table, write_json
 
 DIM = 384
 DTYPES: tuple[StorageDtype, ...] = ("float32", "float16", "int8")
-COLUMNS = ("n", "dtype", "fused_ms", "numpy_ms", "floor_ms", "fused_vs_floor", "speedup_vs_f32", "recall_at_10")
+COLUMNS = ("n", "dtype", "fused_ms", "scan_ms", "numpy_ms", "floor_ms", "floor_gb_s", "fused_vs_floor",
+           "speedup_vs_f32", "recall_at_10", "scan_recall_at_10")  # fmt: skip
 
 
 def make_data(n: int, seed: int = 0) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
@@ -103,27 +116,15 @@ def bench_size(n: int, repeats: int, progress: tqdm) -> list[dict[str, Any]]:  #
                          weights.importance, -np.inf)  # fmt: skip
     exact_cols = columns_for(matrix, "float32")
     exact_top = [set(reference_top_k(exact_cols, params, 10, query=q, vectors=matrix).rows.tolist()) for q in queries]
-    threads = None if n >= PARALLEL_MIN_ROWS else 1
     all_cols = {dtype: exact_cols if dtype == "float32" else columns_for(matrix, dtype) for dtype in DTYPES}
-    query_iter = iter(np.resize(np.arange(len(queries)), 100_000))
-    # NumPy's BLAS threads keep spinning for a while after each call and would steal the cores
-    # from the kernel being timed, so the numba kernels are measured first, NumPy last.
-    time.sleep(0.5)
-    rows = []
-    for dtype, cols in all_cols.items():
-        fused, floor = interleaved_median_ms(
-            [
-                lambda cols=cols: top_k(cols, params, 10, query=queries[next(query_iter)], threads=threads),
-                lambda cols=cols: stream_floor(cols.vectors, n, threads),
-            ],
-            repeats,
-        )
-        overlap = [len(set(top_k(cols, params, 10, query=q).rows.tolist()) & want) / 10
-                   for q, want in zip(queries, exact_top, strict=True)]  # fmt: skip
-        rows.append({"n": n, "dtype": dtype, "fused_ms": fused, "floor_ms": floor,
-                     "recall_at_10": float(np.mean(overlap))})  # fmt: skip
+    rows = time_kernels(all_cols, params, queries, matrix, repeats)
+    for row, cols in zip(rows, all_cols.values(), strict=True):
+        exact = None if row["dtype"] == "float32" else matrix
+        row["recall_at_10"] = recall(cols, params, queries, exact_top, exact)
+        row["scan_recall_at_10"] = recall(cols, params, queries, exact_top, None)
         progress.update(1)
     numpy_repeats = max(3, repeats // 4) if n >= 1_000_000 else repeats
+    query_iter = iter(np.resize(np.arange(len(queries)), 100_000))
     for row, cols in zip(rows, all_cols.values(), strict=True):
         row["numpy_ms"] = median_ms(
             lambda cols=cols: reference_top_k(cols, params, 10, query=queries[next(query_iter)]), numpy_repeats
@@ -133,6 +134,61 @@ def bench_size(n: int, repeats: int, progress: tqdm) -> list[dict[str, Any]]:  #
         row["fused_vs_floor"] = row["fused_ms"] / row["floor_ms"]
         row["speedup_vs_f32"] = base / row["fused_ms"]
     return rows
+
+
+def time_kernels(
+    all_cols: dict[StorageDtype, Columns],
+    params: ScoreParams,
+    queries: npt.NDArray[np.float32],
+    matrix: npt.NDArray[np.float32],
+    repeats: int,
+) -> list[dict[str, Any]]:
+    """Every timed call of one N in one round-robin: float32's kernel and floor, then each quantized
+    dtype's rescored kernel, plain scan and floor, so each ratio comes from the same rounds."""
+    n = matrix.shape[0]
+    threads = None if n >= PARALLEL_MIN_ROWS else 1
+    query_iter = iter(np.resize(np.arange(len(queries)), 1_000_000))
+
+    def fused(cols: Columns, exact: npt.NDArray[np.float32] | None) -> Callable[[], Any]:
+        return lambda: top_k(cols, params, 10, query=queries[next(query_iter)], threads=threads, exact=exact)
+
+    def floor(cols: Columns) -> Callable[[], Any]:
+        return lambda: stream_floor(cols.vectors, n, threads)
+
+    runs: list[Callable[[], Any]] = []
+    for dtype, cols in all_cols.items():
+        quantized = [fused(cols, matrix), fused(cols, None)] if dtype != "float32" else [fused(cols, None)]
+        runs += [*quantized, floor(cols)]
+    # NumPy's BLAS threads keep spinning for a while after each call and would steal the cores
+    # from the kernel being timed, so the numba kernels are measured first, NumPy last.
+    time.sleep(0.5)
+    times = iter(interleaved_median_ms(runs, repeats))
+    rows = []
+    for dtype, cols in all_cols.items():
+        row: dict[str, Any] = {"n": n, "dtype": dtype, "fused_ms": next(times)}
+        row["scan_ms"] = row["fused_ms"] if dtype == "float32" else next(times)
+        row["floor_ms"] = next(times)
+        row["floor_gb_s"] = bandwidth_gb_s(cols.vectors, n, row["floor_ms"] / 1000)
+        rows.append(row)
+    return rows
+
+
+def recall(
+    cols: Columns,
+    params: ScoreParams,
+    queries: npt.NDArray[np.float32],
+    truth: list[set[int]],
+    exact: npt.NDArray[np.float32] | None,
+) -> float:
+    overlap = [len(set(top_k(cols, params, 10, query=q, exact=exact).rows.tolist()) & want) / 10
+               for q, want in zip(queries, truth, strict=True)]  # fmt: skip
+    return float(np.mean(overlap))
+
+
+def bandwidth_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The float32 floor at each N: the machine's read bandwidth (caches at small N, memory at 1M)."""
+    by_n = {str(r["n"]): round(r["floor_gb_s"], 2) for r in rows if r["dtype"] == "float32"}
+    return {"bandwidth_gb_s": by_n, "threads": get_threads()}
 
 
 def plot(rows: list[dict[str, Any]], path: str) -> None:
@@ -172,9 +228,13 @@ def main() -> None:
         for n in sizes:
             rows.extend(bench_size(n, args.repeats, progress))
     print_table(rows, COLUMNS)
+    bandwidth = bandwidth_summary(rows)
+    print("measured read bandwidth (float32 floor, GB/s, by N):",
+          ", ".join(f"{n}: {gb:.1f}" for n, gb in bandwidth["bandwidth_gb_s"].items()),
+          f"with {bandwidth['threads']} threads at N >= {PARALLEL_MIN_ROWS}")  # fmt: skip
     write_json(args.json_path, rows)
     if args.json_path:
-        write_json(args.json_path.replace(".json", ".machine.json"), machine_info())
+        write_json(args.json_path.replace(".json", ".machine.json"), {**machine_info(), **bandwidth})
     if args.plot:
         plot(rows, args.plot)
 
