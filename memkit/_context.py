@@ -51,7 +51,12 @@ class ContextConfig(msgspec.Struct, frozen=True, kw_only=True):
         default_factory=lambda: {"memories": 0.5, "working": 0.2, "lessons": 0.15, "graph": 0.15}
     )
     timeout_s: float = 2.0
-    """Longest wait for any one part; past it the part is left out and reported."""
+    """Longest wait for any one part; past it the part is left out and reported. The first call of a process
+    waits up to ``first_call_timeout_s`` instead."""
+    first_call_timeout_s: float = 30.0
+    """The wait per part until one call has had every part answer: a process's first recall loads the numba
+    scoring kernels (about 0.5 s from their cache, seconds when a fresh install compiles them), which the
+    2 s budget cut: an MCP server's first block came back empty."""
     graph_entity: str = "user"
     """The graph node the block describes: the speaker node ``graph.ingest`` writes by default."""
     max_query_entities: int = 3
@@ -66,8 +71,10 @@ class ContextConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValidationError("ContextConfig.shares must not all be 0")
         if not 0 <= self.relative_min_score <= 1:
             raise ValidationError("ContextConfig.relative_min_score must be in 0..1")
-        if not 0 < self.timeout_s <= 600:
-            raise ValidationError("ContextConfig.timeout_s must be a number of seconds in (0, 600]")
+        for name in ("timeout_s", "first_call_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 600:
+                raise ValidationError(f"ContextConfig.{name} must be a number of seconds in (0, 600]")
         if not 1 <= self.max_memories <= 100:
             raise ValidationError("ContextConfig.max_memories must be an integer in 1..100")
 
@@ -117,12 +124,14 @@ async def build_context(
     fetchers = _fetchers(mem, user_id=user_id, query=query, session_id=session_id, task_id=task_id, budget=budget,
                          config=config)  # fmt: skip
 
+    timeout = config.timeout_s if _warm.done else max(config.timeout_s, config.first_call_timeout_s)
+
     async def run(name: str, fetch: Callable[[], Awaitable[Any]]) -> None:
         try:
-            with anyio.fail_after(config.timeout_s):
+            with anyio.fail_after(timeout):
                 raw[name] = await fetch()
         except TimeoutError:
-            errors[name] = f"timed out after {config.timeout_s} s"
+            errors[name] = f"timed out after {timeout} s"
         except (NotOpenError, ConfigurationError) as exc:  # a layer this backend cannot serve: say so
             errors[name] = str(exc)
         except Exception as exc:  # one failing layer must not take the others' answers with it
@@ -137,7 +146,16 @@ async def build_context(
         for name, fetch in fetchers.items():
             group.start_soon(run, name, fetch)
     raw.pop("query", None)
+    _warm.done = _warm.done or not errors
     return _assemble(raw, errors, budget, config, tokenizer)
+
+
+class _Warm:
+    done = False
+    """Whether a call of this process had every part answer (the kernels are loaded, the model too)."""
+
+
+_warm = _Warm()
 
 
 def _fetchers(

@@ -87,9 +87,30 @@ async def test_a_failing_or_slow_layer_is_reported_and_the_others_answer(
     monkeypatch.setattr(mem.graph, "to_context", broken)
     monkeypatch.setattr(mem.episodic, "lessons_for", slow)
     with anyio.fail_after(5):
-        ctx = await mem.context(user_id="ada", query="flight to Porto", config=ContextConfig(timeout_s=1.5))
+        ctx = await mem.context(user_id="ada", query="flight to Porto",
+                                config=ContextConfig(timeout_s=1.5, first_call_timeout_s=1.5))  # fmt: skip
     assert "graph store on fire" in ctx.errors["graph"] and "timed out" in ctx.errors["lessons"]
     assert "memories" in ctx.sections and "graph" not in ctx.sections
+
+
+async def test_the_first_call_of_a_process_waits_for_kernels_and_models_to_load(
+    mem: Memkit, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import memkit._context as context_module
+
+    monkeypatch.setattr(context_module, "_warm", context_module._Warm())  # as in a fresh process
+    real = mem.episodic.lessons_for
+
+    async def loading(*args: Any, **kwargs: Any) -> Any:
+        await anyio.sleep(0.6)  # what a first recall loading the scoring kernels takes
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(mem.episodic, "lessons_for", loading)
+    config = ContextConfig(timeout_s=0.3, first_call_timeout_s=5)
+    first = await mem.context(user_id="ada", query="flight to Porto", config=config)
+    assert first.errors == {}
+    later = await mem.context(user_id="ada", query="flight to Porto", config=config)
+    assert "timed out after 0.3 s" in later.errors["lessons"]
 
 
 async def test_layers_a_backend_cannot_serve_are_reported(redis_plain_url: str, local_embedder: Embedder) -> None:
