@@ -20,7 +20,7 @@ import anyio
 import numpy as np
 from tqdm import tqdm  # type: ignore[import-untyped, unused-ignore]
 
-from ._peers_data import QUERY_USER, K, Workload, figures, rss_peak_mb, timed_queries, workload
+from ._peers_data import DIM, QUERY_USER, Workload, figures, numpy_search, rss_peak_mb, timed_queries, workload
 
 __all__ = ["SYSTEMS", "missing"]
 
@@ -56,11 +56,10 @@ def run_numpy(work: Workload) -> dict[str, Any]:
     index = {u: np.flatnonzero(users == u) for u in np.unique(users)}
     rate = work.n / (time.perf_counter() - started)
 
+    buffer = np.empty((len(index[QUERY_USER]), DIM), dtype=np.float32)
+
     def search(j: int) -> list[int]:
-        mine = index[QUERY_USER]
-        scores = matrix[mine] @ work.query_vectors[j]
-        top = np.argpartition(-scores, K - 1)[:K]
-        return [int(r) for r in mine[top[np.argsort(-scores[top])]]]
+        return [int(r) for r in numpy_search(matrix, index[QUERY_USER], work.query_vectors[j], buffer)]
 
     with tqdm(total=len(work.query_texts), desc="numpy queries", unit="query", leave=False) as progress:
         times, found = timed_queries(search, len(work.query_texts), progress)
