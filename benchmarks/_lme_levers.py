@@ -29,6 +29,13 @@ def lever_variants(base: LongTermConfig) -> dict[str, dict[str, Any]]:
             if value != current:
                 found[f"{name} {value}"] = {field: value}
     found["no fact keys" if base.fact_keys else "fact keys"] = {"fact_keys": not base.fact_keys}
+    filler = "keep conversational filler" if base.drop_filler else "drop conversational filler"
+    found[filler] = {"drop_filler": not base.drop_filler}
+    for terms in (5, 10):
+        if terms != base.feedback_terms:
+            found[f"feedback: {terms} words"] = {"feedback_terms": terms}
+    if base.feedback_terms:
+        found["no feedback"] = {"feedback_terms": 0}
     if base.context_words is not None:
         found["whole previous turn as context"] = {"context_words": None}
     for words in (24, 48):

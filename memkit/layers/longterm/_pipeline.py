@@ -21,6 +21,7 @@ import msgspec
 
 from memkit.backend import Backend, Hit, Query
 from memkit.layers._turns import TURN_KEY, turn_key
+from memkit.layers.longterm._feedback import FEEDBACK_DOCS, expanded, without_filler
 from memkit.layers.longterm._passages import fold_keys
 
 __all__ = ["Boosts", "Ranked", "blend_rank"]
@@ -54,8 +55,17 @@ async def blend_rank(
     time_weight: float,
     windows: list[tuple[float, float]],
     keys: bool,
+    drop_filler: bool = False,
+    feedback_terms: int = 0,
 ) -> Ranked:
-    """Top ``k`` by the fused score plus the boosts, each hit with its boosts."""
+    """Top ``k`` by the fused score plus the boosts, each hit with its boosts (the query's text first rid
+    of conversational filler and expanded by feedback from a first pass's turns when asked: ``_feedback``; a
+    conversation's turns share a topic's words, stored statements need not)."""
+    if drop_filler and query.text:
+        query = msgspec.structs.replace(query, text=without_filler(query.text))
+    if feedback_terms > 0 and query.text:
+        first = await backend.query(collection, msgspec.structs.replace(query, k=FEEDBACK_DOCS))
+        query = expanded(query, [hit for hit in first if TURN_KEY in hit.record.fields], feedback_terms)
     timed = time_weight > 0 and bool(windows)
     boosted = neighbour_weight > 0 or session_weight > 0 or timed
     depth = max(2 * k, 20, _WINDOW_DEPTH if timed else 0) if boosted else k

@@ -108,6 +108,13 @@ class LongTermConfig(msgspec.Struct, frozen=True, kw_only=True):
     time_weight: float = 0.1
     """Boost for turns said inside a window of time the query names ("last Saturday", "in May"), resolved
     against recall's ``as_of`` (0 turns this off). 0.1 measured on LoCoMo and LongMemEval dev (README)."""
+    drop_filler: bool = False
+    """Leave words about the conversation itself ("mentioned", "previous chat", "remind") out of the query's
+    lexical text (the dense signal still reads the whole question)."""
+    feedback_terms: int = 10
+    """Pseudo-relevance feedback for the lexical signal: this many words from a first pass's best 3 turns added
+    to the query's text, the question's words weighing 3x (0: off). 10 measured on LoCoMo and LongMemEval dev
+    (README): the words a question leaves out but its evidence shares (a session's topic) rank that session."""
     fact_keys: bool = True
     """Index the facts the offline extractor reads in each turn as extra keys of the turn (they lend it their
     similarity): on LoCoMo and LongMemEval dev both, better recall (README)."""
@@ -182,6 +189,8 @@ def _check_config(config: LongTermConfig) -> None:
     require(finite(config.session_weight) and config.session_weight >= 0, "session_weight must be >= 0")
     require(finite(config.time_weight) and config.time_weight >= 0, "time_weight must be >= 0")
     require(isinstance(config.fact_keys, bool), "fact_keys must be True or False")
+    require(isinstance(config.drop_filler, bool), "drop_filler must be True or False")
+    require(integer(config.feedback_terms, 0, 100), "feedback_terms must be an integer in 0..100")
     require(isinstance(config.fusion, str) and config.fusion in ("blend", "rrf"), "fusion must be 'blend' or 'rrf'")
     require(isinstance(config.weights, Weights), "weights must be a memkit.Weights")
 
