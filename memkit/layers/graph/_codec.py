@@ -41,6 +41,7 @@ __all__ = [
     "new_node",
     "node_id",
     "node_record",
+    "with_node_body",
     "normal_name",
     "normal_relation",
     "owner_key",
@@ -57,8 +58,9 @@ _NOT_WORD = re.compile(r"[^\w]+")
 _EDGE_PUNCTUATION = "\"'`.,;:!?()[]{}<>"
 
 
-class Adjacent(msgspec.Struct, frozen=True, array_like=True):
-    """One of a node's newest edges, as the node keeps it (see ``_adjacency``)."""
+class Adjacent(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One of a node's newest edges, as the node keeps it (see ``_adjacency``). Untracked by the cycle
+    collector (strings and numbers only: no cycle can pass through one): a batch decodes tens of thousands."""
 
     edge: str
     node: str
@@ -74,7 +76,7 @@ OUT: Final = 1
 IN: Final = 2
 
 
-class NodeBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class NodeBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     name: str
     type: str = DEFAULT_TYPE
     aliases: list[str] = msgspec.field(default_factory=list)
@@ -90,7 +92,7 @@ class NodeBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     than the list has reads the node by scan."""
 
 
-class EdgeBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class EdgeBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     src: str
     rel: str
     dst: str
@@ -173,6 +175,12 @@ def node_record(owner: str, scope: Scope, record_id: str, body: NodeBody, stamp:
     names = tuple(sorted({node_id(owner, normal_name(n)) for n in (body.name, *body.aliases)}))
     fields: Fields = {OWNER: owner, "names": names}
     return Record(id=record_id, scope=scope, body=_encode(body), timestamp=stamp, fields=fields)
+
+
+def with_node_body(record: Record, body: NodeBody) -> Record:
+    """``record`` holding ``body`` where only what the fields do not index changed (its list of edges): the
+    fields, the scan-order time and the rest are kept."""
+    return msgspec.structs.replace(record, body=_encode(body))
 
 
 def decode_node(record: Record) -> NodeBody:

@@ -37,6 +37,7 @@ from memkit.layers.graph._codec import (
     normal_relation,
     open_since,
     owned_scan,
+    with_node_body,
 )
 from memkit.layers.graph._records import Edge, GraphConfig, Node
 
@@ -188,7 +189,7 @@ class GraphWriter:
         body = with_changes(stored, change, self.config.adjacency_cap)
         if body is stored:
             return None
-        return self._made(node_record(self.owner, self.scope, target, body, current.timestamp), body)
+        return self._made(with_node_body(current, body), body)
 
     def _is_functional(self, edge: Edge) -> bool:
         return edge.functional if edge.functional is not None else edge.relation in self.functional
