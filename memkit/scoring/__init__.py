@@ -298,13 +298,17 @@ def _merge_heaps(
 
 def stream_floor(vectors: npt.NDArray[np.generic], n_rows: int, threads: int | None = None) -> float:
     """Reads the bytes of ``vectors[:n_rows]`` once, as 8-byte words; time it for the bandwidth floor
-    of a scan (``bandwidth_gb_s`` turns the time into GB/s)."""
-    n = threads or _settings["threads"]
+    of a scan (``bandwidth_gb_s`` turns the time into GB/s). Chunked and scheduled as ``top_k``
+    schedules a scan: with one static half per thread, a thread that lost its core for a moment
+    made the floor slower than the kernel (0.75x) on a busy machine."""
+    n_threads = max(1, min(threads or _settings["threads"], numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
     flat = np.ascontiguousarray(vectors[:n_rows]).reshape(-1).view(np.uint8)
     words = flat[: flat.shape[0] // 8 * 8].view(np.uint64)
+    n_chunks = 1 if n_threads == 1 else max(1, min(n_threads * _CHUNKS_PER_THREAD, words.shape[0]))
     with _parallel_lock:
-        numba.set_num_threads(n)
-        return float(_kernels.stream_floor(words, n))
+        numba.set_num_threads(n_threads)
+        with numba.parallel_chunksize(1):
+            return float(_kernels.stream_floor(words, n_chunks))
 
 
 def bandwidth_gb_s(vectors: npt.NDArray[np.generic], n_rows: int, seconds: float) -> float:

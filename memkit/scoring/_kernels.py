@@ -237,9 +237,12 @@ def nearest_rows(
 
 @njit(cache=True, nogil=True)
 def _sum_words(words: Any, start: int, stop: int) -> int:
+    # Indexing a slice from 0: with words[i] for i from an unknown start, numba's negative-index
+    # wraparound made LLVM vectorise with gathers (12.7 GB/s from L2).
+    part = words[start:stop]
     acc = np.uint64(0)
-    for i in range(start, stop):
-        acc += words[i]
+    for i in range(part.shape[0]):
+        acc += part[i]
     return acc
 
 
