@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from functools import lru_cache
 from typing import Any, Final
 
-__all__ = ["STOP_WORDS", "normalize_for_dedupe", "tokenize"]
+__all__ = ["STOP_WORDS", "normalize_for_dedupe", "query_terms", "tokenize"]
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -37,6 +38,20 @@ def tokenize(text: str) -> list[str]:
     """Lower-cased, stop-word-free, Snowball-stemmed word tokens."""
     words = [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
     return list(_stemmer().stemWords(words)) if words else []
+
+
+def query_terms(text: str) -> list[tuple[int, list[str]]]:
+    """A query's tokens grouped by how often the query says them, most often first, each group sorted.
+
+    A word said twice weighs twice (BM25's query-term frequency, as the embedded index scores it); query
+    feedback repeats the question so its words outweigh the words it adds. A server backend whose full-text
+    search ignores repeats weighs each group by its count instead.
+    """
+    counts = Counter(tokenize(text))
+    groups: dict[int, list[str]] = {}
+    for term, count in counts.items():
+        groups.setdefault(count, []).append(term)
+    return [(count, sorted(groups[count])) for count in sorted(groups, reverse=True)]
 
 
 def normalize_for_dedupe(text: str) -> str:

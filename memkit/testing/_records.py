@@ -277,6 +277,21 @@ class BackendConformance(WriteConformance, ScanConformance, KeyValueConformance)
         for nasty in ['" OR 1=1 --', "NEAR(a b)", "*", "@user_id:{bob}", "a AND NOT b", "'); DROP TABLE x; --", "\\"]:
             await backend.query(COLLECTION, query(Scope(user_id="alice"), text=nasty, k=3))
 
+    async def test_a_word_said_twice_weighs_twice(self, backend: Backend) -> None:
+        """Query-term frequency counts on every backend (query feedback repeats the question so its words
+        outweigh the words it adds): of two records alike but for one word, the one holding the word the
+        query repeats ranks first, either way round."""
+        require(backend, "text_search")
+        await backend.ensure_collection(COLLECTION, DIM)
+        await backend.upsert(COLLECTION, [make_record("a", text="apple crumble recipe", seed=1),
+                                          make_record("b", text="banana crumble recipe", seed=2),
+                                          make_record("c", text="unrelated words only", seed=3)])  # fmt: skip
+        lexical_only = Weights(similarity=0.0, lexical=1.0, recency=0.0, importance=0.0)
+        for text, first in (("apple apple apple banana", "a"), ("apple banana banana banana", "b")):
+            hits = await backend.query(COLLECTION, query(Scope(user_id="alice"), text=text, k=2, weights=lexical_only))
+            assert [h.record.id for h in hits][:1] == [first], (text, [(h.record.id, h.scores.lexical) for h in hits])
+            assert hits[0].scores.lexical > hits[1].scores.lexical, [(h.record.id, h.scores.lexical) for h in hits]
+
     # -- TTL ------------------------------------------------------------------------------------
     async def test_expired_never_returned(self, backend: Backend) -> None:
         await backend.ensure_collection(COLLECTION, DIM)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from memkit.backend import Query
-from memkit.text import tokenize
+from memkit.text import query_terms
 from memkit_backends._server.rerank import Candidates, numbers_table
 from memkit_backends.postgres._sql import Where
 
@@ -29,8 +29,8 @@ class HybridQuery:
         self._table = table
         self._vector_type = vector_type
         self._query = query
-        # Word characters only, so joining them with '|' cannot inject tsquery syntax.
-        self._tokens = sorted(set(tokenize(query.text or "")))
+        self._terms = query_terms(query.text or "")
+        self._tokens = [token for _, group in self._terms for token in group]
         self._best_text: float | None = None
 
     def _base_where(self) -> Where:
@@ -82,16 +82,29 @@ class HybridQuery:
     async def _best_text_score(self) -> float:
         """The best text score in the query's scope, filters aside: what every text score is divided by."""
         where = Where().scope(self._query.scope).alive(self._query.now)
-        tsquery = f"to_tsquery('simple', {where.bind(' | '.join(self._tokens))})"  # word characters only
-        where.add(f"tsv @@ {tsquery}")
-        sql = f"SELECT max(ts_rank(tsv, {tsquery})) FROM {self._table} WHERE {where.sql()}"
+        where.add(self._match_sql(where))
+        sql = f"SELECT max({self._rank_sql(where)}) FROM {self._table} WHERE {where.sql()}"
         return float(await self._conn.fetchval(sql, *where.params) or 0.0)
 
+    def _match_sql(self, where: Where) -> str:
+        """Rows matching any of the query's words. Tokens are word characters only, so joining them with '|'
+        cannot inject tsquery syntax."""
+        return f"tsv @@ to_tsquery('simple', {where.bind(' | '.join(self._tokens))})"
+
+    def _rank_sql(self, where: Where) -> str:
+        """A row's text score. ts_rank averages over an OR query's words where BM25 sums them, and ignores a
+        word said twice: each group of words said equally often is ranked alone, times its size and its
+        count (BM25's query-term frequency, as memory:// and sqlite:// score it; counts are integers)."""
+        if len(self._terms) == 1:
+            return f"ts_rank(tsv, to_tsquery('simple', {where.bind(' | '.join(self._tokens))}))"
+        ranks = [f"{count * len(group)} * ts_rank(tsv, to_tsquery('simple', {where.bind(' | '.join(group))}))"
+                 for count, group in self._terms]  # fmt: skip
+        return "(" + " + ".join(ranks) + ")"
+
     async def _score_all(self, base: Where, candidates: Candidates) -> None:
-        where, tokens = base.copy(), self._tokens
+        where = base.copy()
         sim = self._similarity_sql(where)
-        # Tokens are word characters only, so joining them with '|' cannot inject tsquery syntax.
-        lex = f"ts_rank(tsv, to_tsquery('simple', {where.bind(' | '.join(tokens))}))" if tokens else "0.0"
+        lex = self._rank_sql(where) if self._tokens else "0.0"
         rows = await self._conn.fetch(f"SELECT id, {sim} AS sim, {lex} AS lex, importance, ts, expires_at "
                                       f"FROM {self._table} WHERE {where.sql()}", *where.params)  # fmt: skip
         _add(candidates, rows)
@@ -100,13 +113,12 @@ class HybridQuery:
     async def _similar(self, base: Where, depth: int, candidates: Candidates) -> None:
         """The nearest rows in scope, each with its text score: a row the (truncated) text list misses
         may still match the text a little, and ranking it as a non-match would misplace it."""
-        where, tokens = base.copy(), self._tokens
+        where = base.copy()
         where.add("embedding IS NOT NULL")
         vector = f"{where.bind(np.asarray(self._query.vector, dtype=np.float32))}::vector::{self._vector_type}"
         lex = "0.0"
-        if tokens:  # word characters only, so joining them with '|' cannot inject tsquery syntax
-            tsquery = f"to_tsquery('simple', {where.bind(' | '.join(tokens))})"
-            lex = f"CASE WHEN tsv @@ {tsquery} THEN ts_rank(tsv, {tsquery}) ELSE 0.0 END"
+        if self._tokens:
+            lex = f"CASE WHEN {self._match_sql(where)} THEN {self._rank_sql(where)} ELSE 0.0 END"
         # The text score is computed in the outer query, for the nearest rows only.
         sql = (
             f"SELECT id, sim, importance, ts, expires_at, {lex} AS lex FROM ("
@@ -124,14 +136,13 @@ class HybridQuery:
             candidates.similarity_floor = float(rows[-1]["sim"])
 
     async def _lexical(self, base: Where, depth: int, candidates: Candidates) -> None:
-        where, tokens = base.copy(), self._tokens
-        # Tokens are word characters only, so joining them with '|' cannot inject tsquery syntax.
-        tsquery = where.bind(" | ".join(tokens))
-        where.add(f"tsv @@ to_tsquery('simple', {tsquery})")
+        where = base.copy()
+        where.add(self._match_sql(where))
+        rank = self._rank_sql(where)
         sim = self._similarity_sql(where)
         limit = f" LIMIT {where.bind(depth)}"
         sql = (
-            f"SELECT id, ts_rank(tsv, to_tsquery('simple', {tsquery})) AS lex, {sim} AS sim, importance, ts, "
+            f"SELECT id, {rank} AS lex, {sim} AS sim, importance, ts, "
             f"expires_at FROM {self._table} WHERE {where.sql()} ORDER BY lex DESC, id{limit}"
         )
         rows = await self._conn.fetch(sql, *where.params)

@@ -24,7 +24,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from memkit.backend import Query, Scores
-from memkit.text import tokenize
+from memkit.text import query_terms
 from memkit_backends._server.rerank import Candidates, DeepenPolicy, Table, exact_top_k
 from memkit_backends.redis._keys import NONE_EXPIRY, query_clauses, text_clauses
 
@@ -115,7 +115,9 @@ class HybridSearch:
         if query.filters or query.min_importance > 0:
             scope_only = msgspec.structs.replace(query, filters={}, min_importance=0.0)
             self._scope_where = prefilter(scope_only, unscored=scope_numbers)
-        self._tokens = sorted(set(tokenize(query.text or "")))
+        terms = query_terms(query.text or "")
+        self._tokens = [token for _, group in terms for token in group]
+        self._words = _text_clause(terms)
         self._vector = None if query.vector is None else np.ascontiguousarray(query.vector, np.float32).tobytes()
         self._size: int | None = None
         self._brute_force: bool | None = None
@@ -159,7 +161,7 @@ class HybridSearch:
         """The text list at ``depth`` with its rows' numbers; the whole scope once the depth reaches it."""
         if depth >= await self.scope_size(depth):
             return await self.whole_scope()
-        (reply,) = await self.pipeline([self._text(self._tokens, depth, _NUMBERS)])
+        (reply,) = await self.pipeline([self._text(depth, _NUMBERS)])
         ids, scores, table = candidate_table(reply, len(self._prefix), with_scores=True, distance=False)
         candidates = Candidates()
         candidates.add(ids, table)
@@ -176,7 +178,7 @@ class HybridSearch:
                 "LIMIT", "0", str(max(size, 1)), "DIALECT", "2")  # fmt: skip
         # A filtered query's text list spans its whole scope: rows the filters drop only set the scale.
         text_depth = await self.count(self._scope_where) if self._scope_where else size
-        text = self._text(tokens, max(text_depth, 1), (), where=self._scope_where)
+        text = self._text(max(text_depth, 1), (), where=self._scope_where)
         replies = await self.pipeline([scan, text] if tokens else [scan])
         plen = len(self._prefix)
         candidates = Candidates()
@@ -200,9 +202,9 @@ class HybridSearch:
         query, tokens = self._query, self._tokens
         commands = [self._knn(self._where, vector, depth, _NUMBERS, whole_scope=whole_scope)]
         if tokens:
-            commands.append(self._text(tokens, depth, _NUMBERS))
+            commands.append(self._text(depth, _NUMBERS))
         if tokens and self._scope_where is not None:
-            commands.append(self._text(tokens, 1, (), where=self._scope_where))  # the best match in scope
+            commands.append(self._text(1, (), where=self._scope_where))  # the best match in scope
         replies = await self.pipeline(commands)
         plen = len(self._prefix)
         candidates = Candidates()
@@ -221,7 +223,7 @@ class HybridSearch:
             if self._scope_where is not None:
                 candidates.lexical_top = float(replies[2][2]) if len(replies[2]) > 2 else 0.0
             if self._scope_where is not None and matches:  # scores without the filters' terms
-                (reply,) = await self.pipeline([self._text_scores(tokens, matches)])
+                (reply,) = await self.pipeline([self._text_scores(matches)])
                 candidates.lexical = self._read_text_scores(reply)
         text_only, no_text = candidates.unresolved(query, text_truncated=candidates.lexical_floor is not None,
                                                    text_rows=text_rows)  # fmt: skip
@@ -239,7 +241,7 @@ class HybridSearch:
             keys = [self._prefix + rid for rid in text_only]
             commands.append(self._knn(self._where, vector, len(keys), (), whole_scope=True, keys=keys))
         if no_text:
-            commands.append(self._text_scores(self._tokens, no_text))
+            commands.append(self._text_scores(no_text))
         if not commands:
             return
         replies = iter(await self.pipeline(commands))
@@ -267,27 +269,32 @@ class HybridSearch:
                 "PARAMS", "2", "vec", vector, "RETURN", str(len(returned)), *returned,
                 "LIMIT", "0", str(depth), "DIALECT", "2")  # fmt: skip
 
-    def _text_scores(self, tokens: list[str], ids: list[str]) -> tuple[Any, ...]:
+    def _text_scores(self, ids: list[str]) -> tuple[Any, ...]:
         """The text scores of exactly ``ids``, read with the scope alone when filters would add theirs."""
         keys = [self._prefix + rid for rid in ids]
-        return self._text(tokens, len(keys), (), keys=keys, where=self._scope_where)
+        return self._text(len(keys), (), keys=keys, where=self._scope_where)
 
     def _read_text_scores(self, reply: Sequence[Any]) -> dict[str, float]:
         rows = parse_rows(reply, len(self._prefix), with_scores=True, with_fields=False)
         return {rid: score for rid, score, _ in rows}
 
     def _text(
-        self, tokens: list[str], depth: int, fields: Sequence[str], *, keys: Sequence[str] = (),
-        where: str | None = None,
-    ) -> tuple[Any, ...]:  # fmt: skip
-        # Tokens are word characters only: they cannot change the query's structure.
-        text = "@tokens:(" + "|".join(tokens) + ")"
+        self, depth: int, fields: Sequence[str], *, keys: Sequence[str] = (), where: str | None = None
+    ) -> tuple[Any, ...]:
         where = where or self._text_where
-        search = text if where == "*" else f"{text} {where}"
+        search = self._words if where == "*" else f"{self._words} {where}"
         inkeys = ("INKEYS", str(len(keys)), *keys) if keys else ()
         returned = ("RETURN", str(len(fields)), *fields) if fields else ("NOCONTENT",)
         return ("FT.SEARCH", self._index, search, *inkeys, "WITHSCORES", "SCORER", "BM25STD", *returned,
                 "LIMIT", "0", str(depth), "DIALECT", "2")  # fmt: skip
+
+
+def _text_clause(terms: list[tuple[int, list[str]]]) -> str:
+    """The query's words as a RediSearch text clause, a word said n times weighing n (BM25's query-term
+    frequency, as memory:// and sqlite:// score it). BM25STD adds up a union's repeated terms; weight
+    attributes (``=> {$weight: n}``) were ignored inside a scoped query on RediSearch 2.10. Tokens are word
+    characters only: they cannot change the query's structure."""
+    return "@tokens:(" + "|".join(token for count, group in terms for token in group for _ in range(count)) + ")"
 
 
 async def pipeline(client: aioredis.Redis, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
