@@ -36,9 +36,11 @@ class Counter:
         self.runs = 0
         self.delay = delay
         self.fail = fail
+        self.started = anyio.Event()
 
     async def __call__(self, city: str = "Oslo") -> dict[str, Any]:
         self.runs += 1
+        self.started.set()
         await anyio.sleep(self.delay)
         if self.fail:
             raise RuntimeError(f"the weather service is down for {city}")
@@ -244,11 +246,16 @@ async def test_waiters_never_inherit_the_leaders_cancellation(mem: Memkit) -> No
     tool, results = Counter(delay=0.3), []
 
     async def leader() -> None:
-        with anyio.move_on_after(0.1):  # the first caller gives up; the others still want the result
-            await mem.tool_cache.call("weather", {"city": "Oslo"}, tool)
+        # The first caller gives up once its tool runs (not after a fixed time: on a busy machine the
+        # lease alone can take longer); the others still want the result.
+        async with anyio.create_task_group() as inner:
+            inner.start_soon(mem.tool_cache.call, "weather", {"city": "Oslo"}, tool)
+            await tool.started.wait()
+            await anyio.sleep(0.05)
+            inner.cancel_scope.cancel()
 
     async def waiter() -> None:
-        await anyio.sleep(0.02)
+        await tool.started.wait()
         results.append(await mem.tool_cache.call("weather", {"city": "Oslo"}, tool))
 
     async with anyio.create_task_group() as group:
