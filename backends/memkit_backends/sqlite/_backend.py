@@ -31,6 +31,7 @@ from memkit.backend import (
     scope_matches,
 )
 from memkit.errors import BackendError, InvalidURLError, ValidationError
+from memkit.text import tokenize
 from memkit_backends._embedded.columnar import ColumnarCollection
 from memkit_backends._embedded.indexes import replace_verdict
 from memkit_backends._embedded.nearest import nearest
@@ -39,7 +40,7 @@ from memkit_backends.sqlite._cache import DELETIONS_KEPT, RecordCache, log_delet
 from memkit_backends.sqlite._codec import record_params
 from memkit_backends.sqlite._connect import connect, driver_error
 from memkit_backends.sqlite._kv_face import SQLiteKeyValue
-from memkit_backends.sqlite._schema import create_schema, fts_tokens, scope_tokens
+from memkit_backends.sqlite._schema import create_schema, scope_tokens
 
 __all__ = ["SQLiteBackend"]
 
@@ -166,8 +167,8 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             return
 
         def write(conn: sqlite3.Connection, cache: ColumnarCollection) -> _Apply:
-            self._write_records(conn, collection, cache, records)
-            return lambda: self._cache_upsert(collection, cache, records)
+            tokens = self._write_records(conn, collection, cache, records)
+            return lambda: self._cache_upsert(collection, cache, records, tokens)
 
         await self._write_async(collection, write)
 
@@ -183,21 +184,25 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             verdicts.append(replace_verdict(current[0].body if current else None, record.body, expected_body))
             if verdicts[0] != "write":
                 return lambda: None
-            self._write_records(conn, collection, cache, [record])
-            return lambda: self._cache_upsert(collection, cache, [record])
+            tokens = self._write_records(conn, collection, cache, [record])
+            return lambda: self._cache_upsert(collection, cache, [record], tokens)
 
         await self._write_async(collection, write)
         return verdicts[0] != "refuse"
 
-    def _cache_upsert(self, collection: str, cache: ColumnarCollection, records: Sequence[Record]) -> None:
-        cache.upsert(records)
+    def _cache_upsert(
+        self, collection: str, cache: ColumnarCollection, records: Sequence[Record], tokens: Mapping[str, list[str]]
+    ) -> None:
+        cache.upsert(records, tokens=tokens)
         bad = self.undecodable.get(collection)
         if bad:
             bad.difference_update(record.id for record in records)
 
     def _write_records(
         self, conn: sqlite3.Connection, collection: str, cache: ColumnarCollection, records: Sequence[Record]
-    ) -> None:
+    ) -> dict[str, list[str]]:
+        """Writes the rows and their full-text entries; returns each text's tokens by id, for the cache (a
+        text tokenized twice was a sixth of an import)."""
         dim = cache.check_records(records)  # refuses NaN fields and dimension mismatches before any SQL
         bad = self.undecodable.get(collection, set()).intersection(record.id for record in records)
         if bad:  # an undecodable row's counters are unreadable too: the rewritten record starts afresh
@@ -217,9 +222,13 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             [record_params(collection, record, first + i) for i, record in enumerate(records)],
         )
         rowids = dict(conn.execute("SELECT id, rowid FROM memkit_records WHERE seq >= ?", (first,)))
-        self._index_text(conn, [(rowids[r.id], fts_tokens(r), scope_tokens(r.scope)) for r in records])
+        tokens = {record.id: tokenize(record.text) for record in records if record.text}
+        scopes = {scope: scope_tokens(scope) for scope in {r.scope for r in records}}  # a batch shares a few
+        self._index_text(conn, [(rowids[r.id], " ".join(tokens[r.id]) if r.text else None, scopes[r.scope])
+                                for r in records])  # fmt: skip
         conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (collection, dim))
         conn.execute("UPDATE memkit_collections SET dim = ? WHERE name = ? AND dim IS NULL", (dim, collection))
+        return tokens
 
     @staticmethod
     def _index_text(conn: sqlite3.Connection, rows: list[tuple[int, str | None, str]]) -> None:
