@@ -39,6 +39,7 @@ KNOWN_BACKENDS: Final[dict[str, BackendSpec]] = {
     "rediss": BackendSpec("memkit_backends.redis:RedisBackend", "redis"),
     "sqlite": BackendSpec("memkit_backends.sqlite:SQLiteBackend"),
     "weaviate": BackendSpec("memkit_backends.weaviate:WeaviateBackend", "weaviate"),
+    "weaviates": BackendSpec("memkit_backends.weaviate:WeaviateBackend", "weaviate"),
 }
 
 
