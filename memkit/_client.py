@@ -21,6 +21,7 @@ from memkit._config import DEFAULT_URL, ConfigChoice, resolve_config
 from memkit._context import Context, ContextConfig, build_context
 from memkit._observe import ObserveConfig, Observer, check_messages, turn_writer
 from memkit._registry import open_backend
+from memkit._split import SplitBackend
 from memkit._url import StorageURL
 from memkit._validation import check_flag, check_number
 from memkit.backend import Backend
@@ -66,7 +67,8 @@ class Memkit:
     later ``await mem.aclose()``. What is not given comes from the configuration (``config=PATH``,
     ``$MEMKIT_CONFIG``, ``./memkit.toml`` or ``[tool.memkit]``, and ``MEMKIT_*`` variables: ``memkit._config``);
     the URL defaults to ``$MEMKIT_URL`` or ``sqlite:///memkit.db``;
-    ``layer_urls={"long_term": ...}`` gives a layer storage of its own. ``short_term=ShortTermConfig(...)``
+    ``layer_urls={"long_term": ...}`` gives a layer storage of its own (a records-only store such as Weaviate
+    holds the layer's records, the main URL its keys: ``memkit._split``). ``short_term=ShortTermConfig(...)``
     sets the sessions' token budget, summariser and tokenizer. ``llm=`` (any ``memkit.llm.LLM``, which the
     caller opens and closes) lets the layers that can use a model do so (episodic lessons, graph extraction);
     without one everything runs offline. A layer given a config of its own (``graph=GraphConfig()``) is
@@ -107,17 +109,18 @@ class Memkit:
             raise ValidationError(f"long_term must be a LongTermConfig or None, got {type(long_term).__name__}")
         self.embedder = resolve_embedder(embedder)
         self._backends: dict[StorageURL, Backend] = {u: open_backend(u) for u in dict.fromkeys(urls.values())}
+        layer_backend = self._layer_backends(urls)
         self._access = AccessTracker()
-        self._long_term = LongTermMemory(self._backends[urls["long_term"]], self.embedder, long_term, self._access)
-        self._short_term = ShortTermMemory(self._backends[urls["short_term"]], short_term)
-        self._working = WorkingMemory(self._backends[urls["working"]], lambda: self._short_term.tokenizer)
-        self._tool_cache = ToolCache(self._backends[urls["tool_cache"]], tool_cache)
-        self._checkpoints = Checkpoints(self._backends[urls["checkpoints"]], checkpoints)
+        self._long_term = LongTermMemory(layer_backend["long_term"], self.embedder, long_term, self._access)
+        self._short_term = ShortTermMemory(layer_backend["short_term"], short_term)
+        self._working = WorkingMemory(layer_backend["working"], lambda: self._short_term.tokenizer)
+        self._tool_cache = ToolCache(layer_backend["tool_cache"], tool_cache)
+        self._checkpoints = Checkpoints(layer_backend["checkpoints"], checkpoints)
         if llm is not None and not isinstance(llm, LLM):
             raise ValidationError(f"llm must be a memkit.llm.LLM (e.g. OpenAIChat) or None, got {type(llm).__name__}")
         self.llm = llm
-        self._episodic = EpisodicMemory(self._backends[urls["episodic"]], self.embedder, episodic, llm=llm)
-        self._graph = KnowledgeGraph(self._backends[urls["graph"]], graph, llm=llm)
+        self._episodic = EpisodicMemory(layer_backend["episodic"], self.embedder, episodic, llm=llm)
+        self._graph = KnowledgeGraph(layer_backend["graph"], graph, llm=llm)
         self._layers: list[Layer] = [
             self._long_term, self._short_term, self._working, self._episodic, self._graph, self._tool_cache,
             self._checkpoints,
@@ -134,6 +137,18 @@ class Memkit:
         self._unserved: dict[str, ConfigurationError] = {}
         """Layers whose backend lacks what they need: using one raises its error."""
         self._open = False
+
+    def _layer_backends(self, urls: Mapping[str, StorageURL]) -> dict[str, Backend]:
+        """Each layer's backend. A layer given a records-only URL (Pinecone, Weaviate) keeps its records
+        there and its few keys (the collection's embedder, conversation threads) under the main URL."""
+        main = self._backends[self.url]
+        chosen: dict[str, Backend] = {}
+        for name, url in urls.items():
+            backend = self._backends[url]
+            if url != self.url and not backend.capabilities.kv and main.capabilities.kv:
+                backend = SplitBackend(records=backend, keys=main)
+            chosen[name] = backend
+        return chosen
 
     @property
     def backend(self) -> Backend:
