@@ -39,6 +39,27 @@ def test_feedback_adds_the_best_turns_shared_words_not_the_querys() -> None:
     assert tokenize(grown.text).count(tokenize("hotel")[0]) == _QUERY_REPEAT > 1  # the question keeps most weight
 
 
+def test_only_turns_that_share_a_word_with_the_query_feed_back() -> None:
+    query = Query(scope=Scope(user_id="u"), text="peanuts allergy", k=5)
+    recent = Hit(record=Record(id="t", scope=Scope(user_id="u"), body=b"", text="I moved to Porto last spring"),
+                 scores=Scores(final=0.6, similarity=0.0, lexical=0.0, recency=1.0, importance=0.5))  # fmt: skip
+    assert expanded(query, [recent], 5) is query
+    grown = expanded(query, [recent, _hit("peanuts gave me hives", 0.5)], 5)
+    assert grown.text is not None and "hives" in grown.text and "Porto" not in grown.text
+
+
+def test_a_recent_turn_that_matches_nothing_is_not_lifted_above_the_answer() -> None:
+    async def main() -> list[str]:
+        async with Memkit("memory://", embedder="hashing") as mem:  # feedback on: the default
+            lt = mem.long_term
+            await lt.store("Ada is allergic to peanuts.", user_id="ada", kind="fact")
+            await lt.add_turns([Turn(speaker="Ada", text="I moved to Porto last spring.")], user_id="ada", thread="t")
+            await lt.store("Bob likes peanuts.", user_id="bob")  # another user's: the words' statistics move
+            return [hit.memory.content for hit in await lt.recall("peanuts allergy", user_id="ada")]
+
+    assert anyio.run(main)[0] == "Ada is allergic to peanuts."
+
+
 def test_feedback_without_hits_or_terms_leaves_the_query() -> None:
     query = Query(scope=Scope(user_id="u"), text="hotel", k=5)
     assert expanded(query, [], 5) is query

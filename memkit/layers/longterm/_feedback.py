@@ -42,13 +42,17 @@ def without_filler(text: str) -> str:
 
 def expanded(query: Query, hits: list[Hit], terms: int) -> Query:
     """``query`` whose text also carries the ``terms`` words the best ``hits`` weigh most (by their score),
-    words of the query itself left out; the query unchanged when it has no text or there are no hits."""
+    words of the query itself left out; the query unchanged when it has no text or there are no hits.
+
+    Only hits that share a word with the query feed back: a turn ranked first by recency alone is no
+    evidence, and its own words added to the query gave it a full text score (asked "peanuts allergy", a
+    store of one fact and one turn about a move ranked the move first)."""
     if not query.text or not hits or terms <= 0:
         return query
     own = set(tokenize(query.text))
     weight: dict[str, float] = {}
     surface: dict[str, str] = {}
-    for hit in hits[:FEEDBACK_DOCS]:
+    for hit in [hit for hit in hits if hit.scores.lexical > 0][:FEEDBACK_DOCS]:
         words = [w for w in _WORD.findall((hit.record.text or "").lower()) if w not in STOP_WORDS]
         stems = tokenize(" ".join(words))
         if not stems:
