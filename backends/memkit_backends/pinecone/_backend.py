@@ -29,18 +29,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 import anyio
 import numpy as np
 from pinecone.models.vectors.vector import Vector as StoredVector
 
 from memkit.backend import (
-    Backend,
     Capabilities,
     FilterValue,
     Hit,
-    KVPage,
     Page,
     Query,
     Record,
@@ -50,7 +48,8 @@ from memkit.backend import (
     require_scope,
     scope_matches,
 )
-from memkit.errors import CapabilityError, ConfigurationError, DimensionMismatchError, ValidationError
+from memkit.errors import ConfigurationError, DimensionMismatchError, ValidationError
+from memkit_backends._server.records_only import RecordsOnlyBackend
 from memkit_backends.pinecone import _scan
 from memkit_backends.pinecone._connect import open_index, settings_of
 from memkit_backends.pinecone._errors import operation
@@ -70,9 +69,6 @@ __all__ = ["CAPABILITIES", "PineconeBackend"]
 
 CAPABILITIES: Final = Capabilities(records=True, kv=False, vector_search=True, text_search=False,
                                    filtered_scan=False, atomic_replace=False, ttl=False, persistent=True)  # fmt: skip
-_NO_KV: Final = ("pinecone:// has no key-value face (no conditional writes, no listing by key); give the layers "
-                 "that need one a key-value-capable URL, e.g. Memkit(..., layer_urls={'short_term': "
-                 "'sqlite:///memkit.db'}) or redis:// / postgresql://")  # fmt: skip
 
 
 def _stored_ids(ids: Sequence[str]) -> dict[str, str]:
@@ -86,7 +82,7 @@ def _stored_ids(ids: Sequence[str]) -> dict[str, str]:
     return found
 
 
-class PineconeBackend(Backend):
+class PineconeBackend(RecordsOnlyBackend):
     capabilities = CAPABILITIES
 
     def __init__(self, url: StorageURL) -> None:
@@ -301,38 +297,3 @@ class PineconeBackend(Backend):
         if now is not None and not math.isfinite(now):
             raise ValidationError(f"now must be a finite number, got {now!r}")
         return await self._io.count(self._namespace(collection), query_filter(scope, filters, now=now))
-
-    # -- no key-value face ----------------------------------------------------------------------
-    def _no_kv(self) -> NoReturn:
-        raise CapabilityError(_NO_KV)
-
-    async def kv_get(self, namespace: str, key: str, *, now: float | None = None) -> bytes | None:
-        self._no_kv()
-
-    async def kv_set(
-        self, namespace: str, key: str, value: bytes, ttl_s: float | None = None, *, now: float | None = None
-    ) -> None:
-        self._no_kv()
-
-    async def kv_delete(self, namespace: str, key: str, *, now: float | None = None) -> bool:
-        self._no_kv()
-
-    async def kv_replace(
-        self,
-        namespace: str,
-        key: str,
-        value: bytes,
-        expected: bytes | None,
-        ttl_s: float | None = None,
-        *,
-        now: float | None = None,
-    ) -> bool:
-        self._no_kv()
-
-    async def kv_scan(
-        self, namespace: str, *, prefix: str = "", limit: int = 100, cursor: str | None = None, now: float | None = None
-    ) -> KVPage:
-        self._no_kv()
-
-    async def kv_delete_prefix(self, namespace: str, prefix: str = "") -> int:
-        self._no_kv()

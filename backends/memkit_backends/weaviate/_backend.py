@@ -35,17 +35,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 import anyio
 import numpy as np
 
 from memkit.backend import (
-    Backend,
     Capabilities,
     FilterValue,
     Hit,
-    KVPage,
     Page,
     Query,
     Record,
@@ -55,7 +53,8 @@ from memkit.backend import (
     require_scope,
     scope_matches,
 )
-from memkit.errors import CapabilityError, ConfigurationError, DimensionMismatchError, ValidationError
+from memkit.errors import ConfigurationError, DimensionMismatchError, ValidationError
+from memkit_backends._server.records_only import RecordsOnlyBackend
 from memkit_backends.weaviate import _scan
 from memkit_backends.weaviate._connect import collection_schema, open_client, stored_dim
 from memkit_backends.weaviate._errors import operation
@@ -69,9 +68,6 @@ __all__ = ["CAPABILITIES", "WeaviateBackend"]
 
 CAPABILITIES: Final = Capabilities(records=True, kv=False, vector_search=True, text_search=True,
                                    filtered_scan=True, atomic_replace=False, ttl=False, persistent=True)  # fmt: skip
-_NO_KV: Final = ("weaviate:// has no key-value face (no conditional writes, no listing by key); give the layers "
-                 "that need one a key-value-capable URL, e.g. Memkit(..., layer_urls={'short_term': "
-                 "'sqlite:///memkit.db'}) or redis:// / postgresql://")  # fmt: skip
 _COUNTERS: Final = ("v", "rid", "n", "la")
 
 
@@ -86,7 +82,7 @@ def _stored_ids(ids: Sequence[str]) -> dict[str, str]:
     return found
 
 
-class WeaviateBackend(Backend):
+class WeaviateBackend(RecordsOnlyBackend):
     capabilities = CAPABILITIES
 
     def __init__(self, url: StorageURL) -> None:
@@ -355,41 +351,6 @@ class WeaviateBackend(Backend):
         if not await self._exists(name):
             return 0
         return await self._io(name).count(where)
-
-    # -- no key-value face ----------------------------------------------------------------------
-    def _no_kv(self) -> NoReturn:
-        raise CapabilityError(_NO_KV)
-
-    async def kv_get(self, namespace: str, key: str, *, now: float | None = None) -> bytes | None:
-        self._no_kv()
-
-    async def kv_set(
-        self, namespace: str, key: str, value: bytes, ttl_s: float | None = None, *, now: float | None = None
-    ) -> None:
-        self._no_kv()
-
-    async def kv_delete(self, namespace: str, key: str, *, now: float | None = None) -> bool:
-        self._no_kv()
-
-    async def kv_replace(
-        self,
-        namespace: str,
-        key: str,
-        value: bytes,
-        expected: bytes | None,
-        ttl_s: float | None = None,
-        *,
-        now: float | None = None,
-    ) -> bool:
-        self._no_kv()
-
-    async def kv_scan(
-        self, namespace: str, *, prefix: str = "", limit: int = 100, cursor: str | None = None, now: float | None = None
-    ) -> KVPage:
-        self._no_kv()
-
-    async def kv_delete_prefix(self, namespace: str, prefix: str = "") -> int:
-        self._no_kv()
 
 
 def _vector_of(vectors: Any) -> list[float] | None:
