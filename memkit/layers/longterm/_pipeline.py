@@ -63,14 +63,23 @@ async def blend_rank(
     conversation's turns share a topic's words, stored statements need not)."""
     if drop_filler and query.text:
         query = msgspec.structs.replace(query, text=without_filler(query.text))
-    if feedback_terms > 0 and query.text:
-        first = await backend.query(collection, msgspec.structs.replace(query, k=FEEDBACK_DOCS))
-        query = expanded(query, [hit for hit in first if TURN_KEY in hit.record.fields], feedback_terms)
     timed = time_weight > 0 and bool(windows)
     boosted = neighbour_weight > 0 or session_weight > 0 or timed
     depth = max(2 * k, 20, _WINDOW_DEPTH if timed else 0) if boosted else k
+    candidates: list[Hit] | None = None
+    if feedback_terms > 0 and query.text:
+        # The first pass is asked as deep as the second: when nothing is fed back (no turn among its best
+        # hits shares a word with the query, as in a store of statements) it is the answer, and a recall
+        # costs one query, not two (9.9 -> 6 ms at 10k memories on sqlite://).
+        first = await backend.query(collection, msgspec.structs.replace(query, k=max(depth, FEEDBACK_DOCS)))
+        turns = [hit for hit in first[:FEEDBACK_DOCS] if TURN_KEY in hit.record.fields]
+        grown = expanded(query, turns, feedback_terms)
+        if grown is query:
+            candidates = first[:depth]
+        query = grown
     deeper = msgspec.structs.replace(query, k=depth)
-    candidates = await backend.query(collection, deeper)
+    if candidates is None:
+        candidates = await backend.query(collection, deeper)
     if keys:
         candidates = await fold_keys(backend, collection, deeper, candidates)
     if not boosted:
