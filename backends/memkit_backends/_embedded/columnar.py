@@ -7,6 +7,8 @@ leave tombstones that are compacted once they are half the rows. Filterable
 fields (scalars, and each tag of a tuple) and text have inverted indexes,
 turned into masks and lexical scores per query. Access counters are two more
 columns, beside the records: writes of a record keep them, a delete drops them.
+The arrays, and writing records' values into them, are ``RowColumns`` (``columns.py``);
+this module holds the records, their ids and the indexes, and reads them.
 
 Scans, counts, queries and text scores read a scope's rows only: each scope id
 has its rows in an index (``ScopeRows``), and the smaller of that and the field
@@ -27,13 +29,12 @@ import numpy.typing as npt
 
 from memkit.backend import FilterValue, Hit, Page, Query, Record, Scope, Scores, scope_matches
 from memkit.errors import DimensionMismatchError, ValidationError
-from memkit.scoring import Columns, ScoreParams, StorageDtype, encode_vectors, top_k
+from memkit.scoring import Columns, ScoreParams, StorageDtype, top_k
 from memkit.scoring._lexical import Bm25Index
 from memkit.text import tokenize
+from memkit_backends._embedded.columns import RowColumns
 from memkit_backends._embedded.indexes import (
     FieldIndex,
-    ScopeInterner,
-    ScopeRows,
     dim_after,
     field_keys,
     filter_keys,
@@ -44,15 +45,8 @@ from memkit_backends._embedded.text_scores import scaled_to_best
 
 __all__ = ["ColumnarCollection"]
 
-_MIN_CAPACITY = 64
 _COMPACT_MIN_DEAD = 1024
-_VECTORISE_MIN = 32
-"""Batches at least this large write each column with one numpy assignment."""
 _NO_ROWS = np.zeros(0, np.int64)
-_ROW_COLUMNS = (
-    "_vectors", "_scales", "_importance", "_timestamps", "_expires", "_alive", "_access", "_last_access", "_has_vector",
-)  # fmt: skip
-"""Arrays indexed by row first; ``_scope`` (3 x capacity) is the one indexed by row last."""
 
 
 def _bare(record: Record, dtype: StorageDtype) -> Record:
@@ -66,47 +60,18 @@ def _bare(record: Record, dtype: StorageDtype) -> Record:
     return record
 
 
-class ColumnarCollection:
+class ColumnarCollection(RowColumns):
+    """The records, their ids and indexes, over the columns of ``RowColumns``."""
+
     def __init__(self, dim: int | None = None, dtype: StorageDtype = "float32") -> None:
-        self.dim = dim
-        self.dtype: StorageDtype = dtype
-        self._interner = ScopeInterner()
-        self._scope_rows = ScopeRows()
+        super().__init__(dim, dtype)
         self._records: list[Record | None] = []
         self._row_of: dict[str, int] = {}
         self._fields = FieldIndex()
         self._lexical = Bm25Index()
         self._dead = 0
-        self._allocate(_MIN_CAPACITY)
 
     # -- storage -------------------------------------------------------------------------------
-    def _allocate(self, capacity: int) -> None:
-        dim = self.dim or 0
-        stored_dtype = {"float32": np.float32, "float16": np.uint16, "int8": np.int8}[self.dtype]
-        self._vectors = np.zeros((capacity, dim), dtype=stored_dtype)
-        self._scales = np.ones(capacity, np.float32)
-        self._importance = np.zeros(capacity, np.float32)
-        self._timestamps = np.zeros(capacity, np.float64)
-        self._expires = np.full(capacity, np.inf, np.float64)
-        self._alive = np.zeros(capacity, np.uint8)
-        self._scope = np.full((3, capacity), -1, np.int32)
-        self._access = np.zeros(capacity, np.int64)
-        self._last_access = np.full(capacity, np.nan, np.float64)
-        """NaN: never touched."""
-        self._has_vector = np.zeros(capacity, np.uint8)
-
-    def _grow(self, needed: int) -> None:
-        capacity = self._alive.shape[0]
-        if needed <= capacity:
-            return
-        n = len(self._records)
-        old = {name: getattr(self, name) for name in _ROW_COLUMNS}
-        old_scope = self._scope
-        self._allocate(max(needed, capacity * 2))
-        for name, values in old.items():
-            getattr(self, name)[:n] = values[:n]
-        self._scope[:, :n] = old_scope[:, :n]
-
     def columns(self) -> Columns:
         return Columns(
             len(self._records),
@@ -125,18 +90,7 @@ class ColumnarCollection:
     def __contains__(self, record_id: object) -> bool:
         return record_id in self._row_of
 
-    @property
-    def scope_ids(self) -> int:
-        """How many distinct scope ids live rows use (each interned once)."""
-        return len(self._interner)
-
     # -- writes ---------------------------------------------------------------------------------
-    def set_dim(self, dim: int) -> None:
-        """Fix the vector dimension of a collection that has none yet."""
-        if self.dim is None:
-            self.dim = dim
-            self._vectors = np.zeros((self._alive.shape[0], dim), dtype=self._vectors.dtype)
-
     require_dim = staticmethod(require_dim)
 
     def check_records(self, records: Iterable[Record]) -> int | None:
@@ -163,7 +117,7 @@ class ColumnarCollection:
             return
         if len(batch) > 1 and len({record.id for record in batch}) < len(batch):  # the last write of an id wins
             batch = list({record.id: record for record in batch}.values())
-        self._grow(len(self._records) + len(batch))
+        self._grow(len(self._records), len(batch))
         rows, rewritten = [], []
         texts: list[tuple[int, list[str]]] = []
         for record in batch:
@@ -189,82 +143,12 @@ class ColumnarCollection:
                 texts.append((row, tokenize(record.text) if words is None else words))
             rows.append(row)
         self._lexical.add_many(texts)
-        if len(batch) < _VECTORISE_MIN:
-            for row, record in zip(rows, batch, strict=True):
-                self._write_row(row, record, row in rewritten, keep_counters)
-        else:
-            self._write_columns(np.asarray(rows, dtype=np.int64), batch, rewritten, keep_counters)
+        self._write_rows(rows, batch, rewritten, keep_counters)
 
     def _index_fields(self, row: int, record: Record) -> None:
         for name, value in record.fields.items():
             for key in field_keys(name, value):
                 self._fields.add(key, row)
-
-    def _write_row(self, row: int, record: Record, rewritten: bool, keep_counters: bool) -> None:
-        """One record's columns by scalar writes: for small batches, where numpy's per-call overhead
-        would cost more (a 1-record upsert took 65 us vectorised, 12 us like this)."""
-        self._has_vector[row] = record.vector is not None
-        if record.vector is not None:
-            stored, scales = encode_vectors(record.vector[None, :], self.dtype)
-            self._vectors[row], self._scales[row] = stored[0], scales[0]
-        elif self.dim:
-            self._vectors[row] = 0
-        self._importance[row] = record.importance
-        self._timestamps[row] = record.timestamp
-        self._expires[row] = np.inf if record.expires_at is None else record.expires_at
-        old = self._scope[:, row].tolist() if rewritten else ()
-        scope, acquire = record.scope, self._interner.acquire
-        codes = (acquire(scope.user_id), acquire(scope.agent_id), acquire(scope.session_id))
-        self._scope[:, row] = codes
-        if rewritten:
-            self._scope_rows.remove(row, old)
-        self._scope_rows.add(row, codes)
-        for code in old:  # after the acquisitions: a rewrite in the same scope keeps its codes
-            self._interner.release(code)
-        if not keep_counters:
-            self._access[row] = record.access_count
-            self._last_access[row] = np.nan if record.last_accessed is None else record.last_accessed
-        elif not rewritten:
-            self._access[row], self._last_access[row] = 0, np.nan
-        self._alive[row] = 1
-
-    def _write_columns(
-        self, rows: npt.NDArray[np.int64], batch: list[Record], rewritten: list[int], keep_counters: bool
-    ) -> None:
-        """The batch's columns, one numpy assignment each (per-row scalar writes were 60% of an upsert)."""
-        n = len(batch)
-        with_vector = [i for i, record in enumerate(batch) if record.vector is not None]
-        self._has_vector[rows] = [record.vector is not None for record in batch]
-        if with_vector:
-            stored, scales = encode_vectors(np.stack([batch[i].vector for i in with_vector]), self.dtype)
-            self._vectors[rows[with_vector]], self._scales[rows[with_vector]] = stored, scales
-        if self.dim and len(with_vector) < n:
-            self._vectors[rows[[i for i, record in enumerate(batch) if record.vector is None]]] = 0
-        self._importance[rows] = np.fromiter((r.importance for r in batch), np.float32, n)
-        self._timestamps[rows] = np.fromiter((r.timestamp for r in batch), np.float64, n)
-        self._expires[rows] = np.fromiter((np.inf if r.expires_at is None else r.expires_at for r in batch),
-                                          np.float64, n)  # fmt: skip
-        # Acquire the new scope ids before releasing the old: a rewrite in the same scope keeps its codes.
-        old = self._scope[:, rewritten].T.tolist() if rewritten else []
-        acquire = self._interner.acquire
-        new = [(acquire(r.scope.user_id), acquire(r.scope.agent_id), acquire(r.scope.session_id)) for r in batch]
-        self._scope[:, rows] = np.array(new, dtype=np.int32).T
-        for row, codes in zip(rewritten, old, strict=True):
-            self._scope_rows.remove(row, codes)
-        for row, codes in zip(rows.tolist(), new, strict=True):
-            self._scope_rows.add(row, codes)
-        for codes in old:
-            for code in codes:
-                self._interner.release(code)
-        if keep_counters:  # new rows start at zero; rewritten ones keep theirs
-            fresh = rows[np.isin(rows, rewritten, invert=True)] if rewritten else rows
-            self._access[fresh], self._last_access[fresh] = 0, np.nan
-        else:
-            self._access[rows] = np.fromiter((r.access_count for r in batch), np.int64, n)
-            self._last_access[rows] = np.fromiter(
-                (np.nan if r.last_accessed is None else r.last_accessed for r in batch), np.float64, n
-            )
-        self._alive[rows] = 1
 
     def replace(self, record: Record, expected_body: bytes | None) -> bool:
         """Compare-and-set by body (``None``: create only if absent), idempotent for a retried call."""
@@ -320,13 +204,7 @@ class ColumnarCollection:
             if row is None or record is None or (scope is not None and not scope_matches(record.scope, scope)):
                 continue
             self._unindex(row)
-            codes = self._scope[:, row].tolist()
-            self._scope_rows.remove(row, codes)
-            for code in codes:
-                self._interner.release(code)
-            self._scope[:, row] = -1
-            self._alive[row] = 0
-            self._access[row], self._last_access[row] = 0, np.nan
+            self._clear_row(row)
             self._records[row] = None
             del self._row_of[record_id]
             self._dead += 1
@@ -341,8 +219,7 @@ class ColumnarCollection:
         rows = np.asarray(live_rows, dtype=np.int64)
         old = (self._vectors, self._scales, self._access, self._last_access, self._has_vector)
         self._records, self._row_of, self._fields, self._lexical, self._dead = [], {}, FieldIndex(), Bm25Index(), 0
-        self._interner, self._scope_rows = ScopeInterner(), ScopeRows()
-        self._allocate(max(_MIN_CAPACITY, len(live) * 2))
+        self._reset(len(live))
         self.upsert(live)
         # Re-encoding quantized vectors would compound rounding error: copy the stored bits instead.
         n = len(live)
@@ -372,14 +249,6 @@ class ColumnarCollection:
             if row is not None and record is not None and (scope is None or scope_matches(record.scope, scope)):
                 found.append(self._out(row))
         return found
-
-    def _scope_want(self, scope: Scope) -> tuple[int, int, int] | None:
-        user = self._interner.lookup(scope.user_id)
-        agent = self._interner.lookup(scope.agent_id)
-        session = self._interner.lookup(scope.session_id)
-        if user is None or agent is None or session is None:
-            return None  # an id no live row has: nothing can match
-        return (user, agent, session)
 
     def _filter_rows(self, filters: Mapping[str, FilterValue]) -> set[int]:
         """Rows passing every filter, straight from the inverted index: the smallest filter's rows, then a
@@ -507,13 +376,6 @@ class ColumnarCollection:
     ) -> npt.NDArray[np.float32] | None:
         raw, matched = self._lexical.score(tokenize(text), n, candidates)
         return scaled_to_best(raw, candidates, lambda rows: self._in_scope(rows, want)) if matched else None
-
-    def _in_scope(self, rows: npt.NDArray[np.int64], want: tuple[int, int, int]) -> npt.NDArray[np.bool_]:
-        keep = self._alive[rows].astype(bool)
-        for axis, wanted in enumerate(want):
-            if wanted >= 0:
-                keep &= self._scope[axis, rows] == wanted
-        return keep
 
     def _hit(
         self, row: int, final: float, sim: float, lexical: npt.NDArray[np.float32] | None, params: ScoreParams

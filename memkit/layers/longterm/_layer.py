@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import builtins
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-import anyio
 import anyio.lowlevel
 import msgspec
 
@@ -45,7 +43,8 @@ from memkit.layers.longterm._codec import decode, dedupe_key, expiry, index_text
 from memkit.layers.longterm._codec import filters as build_filters
 from memkit.layers.longterm._conversation import claim_positions, forget_thread_states, remove_turn_text
 from memkit.layers.longterm._history import current_only, history, mark_superseded
-from memkit.layers.longterm._passages import delete_keys, key_records, key_texts, keys_collection, passage_words
+from memkit.layers.longterm._locks import ScopeLocks
+from memkit.layers.longterm._passages import delete_keys, keys_collection
 from memkit.layers.longterm._pipeline import blend_rank
 from memkit.layers.longterm._ranking import rrf_rerank
 from memkit.layers.longterm._records import (
@@ -57,6 +56,7 @@ from memkit.layers.longterm._records import (
     StoreResult,
     SupersedeResult,
 )
+from memkit.layers.longterm._turn_writes import write_keys, write_turns
 from memkit.layers.longterm._when import query_windows
 from memkit.layers.longterm._writes import NewMemory, plan_memories, store_batch
 
@@ -99,9 +99,7 @@ class LongTermMemory:
         self.embedder = embedder
         self.config = config or LongTermConfig()
         self._access = access
-        # Read-modify-write (dedupe, merge, update) is serialised per scope within this process; other
-        # processes are kept apart by the store's compare-and-set. Entries: [lock, holders].
-        self._locks: dict[Scope, list[Any]] = {}
+        self._locks = ScopeLocks()
 
     @property
     def _collection(self) -> str:
@@ -115,37 +113,6 @@ class LongTermMemory:
 
     async def aclose(self) -> None:
         return None
-
-    @asynccontextmanager
-    async def _scope_locks(self, scopes: Sequence[Scope]) -> AsyncIterator[None]:
-        """Every scope's lock, taken in one order (sorted by the caller) so two batches never deadlock."""
-        await anyio.lowlevel.checkpoint()  # once per call, not once per scope
-        async with AsyncExitStack() as stack:
-            for scope in scopes:
-                await stack.enter_async_context(self._held(scope))
-            yield
-
-    @asynccontextmanager
-    async def _scope_lock(self, scope: Scope) -> AsyncIterator[None]:
-        await anyio.lowlevel.checkpoint()
-        async with self._held(scope):
-            yield
-
-    @asynccontextmanager
-    async def _held(self, scope: Scope) -> AsyncIterator[None]:
-        """The scope's write lock. Uncontended it does not yield: each public call yields once, at its start
-        (``_scope_lock``, ``_scope_locks``, reads), so other tasks run between calls and a store under a
-        recall load waits for one turn of the loop, not one per backend operation (on memory://, where
-        operations never wait for I/O, a store yielded 5 times and waited for every reader each time)."""
-        entry = self._locks.setdefault(scope, [anyio.Lock(fast_acquire=True), 0])
-        entry[1] += 1
-        try:
-            async with entry[0]:
-                yield
-        finally:
-            entry[1] -= 1
-            if entry[1] == 0:
-                del self._locks[scope]
 
     # -- writes -----------------------------------------------------------------------------------------
     async def store(
@@ -196,7 +163,7 @@ class LongTermMemory:
         for at, memory in enumerate(memories):
             by_scope.setdefault(memory.scope, []).append(at)
         outcome: dict[int, StoreResult] = {}
-        async with self._scope_locks(sorted(by_scope, key=scope_key)):
+        async with self._locks.hold_many(sorted(by_scope, key=scope_key)):
             groups = [([memories[i] for i in at], [vectors[i] for i in at]) for at in by_scope.values()]
             results = await store_batch(self.backend, self.config, groups, self._embed)
         for positions, group_results in zip(by_scope.values(), results, strict=True):
@@ -234,42 +201,14 @@ class LongTermMemory:
             return []
         # Turn vectors are embedded without context first only to surface embedder errors early; the final
         # index text needs the context, which depends on the claimed position.
-        async with self._scope_lock(scope):
+        async with self._locks.hold(scope):
             first, context = await claim_positions(self.backend, self._collection, scope, thread, contents,
                                                    context_turns=self.config.context_turns,
                                                    context_words=self.config.context_words)  # fmt: skip
             memories = turn_memories(turns, contents, metadata, context, scope=scope, thread=thread, first=first,
                                      importance=importance)  # fmt: skip
-            await self._write_turns(memories, turns)
+            await write_turns(self.backend, self.config, memories, turns, embedder=self.embedder, embed=self._embed)
             return memories
-
-    async def _write_turns(self, memories: builtins.list[Memory], turns: Sequence[Turn]) -> None:
-        """The turns' records, then their keys (passages of long turns, facts): one embedding call for both."""
-        texts = [index_text(m) for m in memories]
-        extra = await self._facts(turns) if self.config.fact_keys else [[] for _ in turns]
-        words = passage_words(self.embedder, self.config.passage_words)
-        keys = [key_texts(m, text, words, more) for m, text, more in zip(memories, texts, extra, strict=True)]
-        vectors = await self._embed(texts + [key for group in keys for key in group])
-        records = [to_record(m, v) for m, v in zip(memories, vectors, strict=False)]
-        await self.backend.upsert(self._collection, records)
-        key_rows, at = [], len(memories)
-        for memory, record, group in zip(memories, records, keys, strict=True):
-            key_rows.extend(key_records(memory, record, group, vectors[at : at + len(group)]))
-            at += len(group)
-        if key_rows:
-            await self.backend.upsert(keys_collection(self._collection), key_rows)
-
-    async def _facts(self, turns: Sequence[Turn]) -> builtins.list[builtins.list[str]]:
-        """What the offline fact extractor reads in each turn (in a worker thread: it is CPU work)."""
-        from memkit.extract import HeuristicFactExtractor, ObservedTurn  # imports the graph layer: lazily
-
-        extractor = HeuristicFactExtractor()
-
-        def read() -> builtins.list[builtins.list[str]]:
-            return [[fact.text for fact in extractor.read(ObservedTurn(messages=[
-                {"role": "user", "name": turn.speaker, "content": turn.text}])).facts] for turn in turns]  # fmt: skip
-
-        return await anyio.to_thread.run_sync(read)
 
     async def update(
         self,
@@ -309,24 +248,17 @@ class LongTermMemory:
                 return to_record(updated, fresh[0], current), updated
             return to_record(updated, current.vector if vector is None else vector[0], current), updated
 
-        async with self._scope_lock(scope):
+        async with self._locks.hold(scope):
             await self.get(memory_id, user_id=scope.user_id, agent_id=scope.agent_id, session_id=session_id,
                            all_scopes=all_scopes)  # fmt: skip
             updated = await update_record(self.backend, self._collection, memory_id, scope, change)
         if updated is None:
             raise NotFoundError(f"memory {memory_id!r} was forgotten while being updated")
         if updated.kind == "turn":  # its keys carry its text, importance, expiry and fields: written anew
-            async with self._scope_lock(scope):
+            async with self._locks.hold(scope):
                 await delete_keys(self.backend, self._collection, [updated])
-                await self._write_keys(updated)
+                await write_keys(self.backend, self.config, updated, embedder=self.embedder, embed=self._embed)
         return updated
-
-    async def _write_keys(self, memory: Memory) -> None:
-        found = await self.backend.get(self._collection, [memory.id], memory.scope)
-        texts = key_texts(memory, index_text(memory), passage_words(self.embedder, self.config.passage_words))
-        if found and texts:
-            vectors = await self._embed(texts)
-            await self.backend.upsert(keys_collection(self._collection), key_records(memory, found[0], texts, vectors))
 
     async def supersede(
         self,
@@ -361,7 +293,7 @@ class LongTermMemory:
         if planned.scope == old.scope and dedupe_key(planned.content) == dedupe_key(old.content):
             return SupersedeResult(new=StoreResult(status="duplicate", memory=old), old=old)
         vectors = await self._embed([index_text(planned)])
-        async with self._scope_locks(sorted({scope, old.scope}, key=scope_key)):
+        async with self._locks.hold_many(sorted({scope, old.scope}, key=scope_key)):
             # The new memory first: a failure leaves the old one current, never a pointer to nothing.
             [[result]] = await store_batch(self.backend, self.config, [([planned], vectors)], self._embed,
                                            exclude=frozenset({old.id}))  # fmt: skip
@@ -398,7 +330,7 @@ class LongTermMemory:
         thread's state)."""
         scope = _named_scope(user_id, agent_id, session_id, all_scopes)
         memory_id = check_text(memory_id, "memory_id")
-        async with self._scope_lock(scope):
+        async with self._locks.hold(scope):
             found = await self.backend.get(self._collection, [memory_id], scope)
             if not found or not await self.backend.delete(self._collection, [memory_id], scope):
                 return False
@@ -421,7 +353,7 @@ class LongTermMemory:
         id alone deletes what every user stored with that agent, so it takes ``all_scopes=True``."""
         scope = _named_scope(user_id, agent_id, session_id, all_scopes)
         total = 0
-        async with self._scope_lock(scope):
+        async with self._locks.hold(scope):
             while True:
                 page = await self.backend.scan(self._collection, scope, limit=1000)
                 if not page.records:
@@ -453,7 +385,7 @@ class LongTermMemory:
     ) -> Memory:
         scope = _named_scope(user_id, agent_id, session_id, all_scopes)
         memory_id = check_text(memory_id, "memory_id")
-        await anyio.lowlevel.checkpoint()  # see _held: one yield per call
+        await anyio.lowlevel.checkpoint()  # see ScopeLocks._held: one yield per call
         for record in await self.backend.get(self._collection, [memory_id], scope):
             if not record.is_expired(now_epoch()):
                 return decode(record)
