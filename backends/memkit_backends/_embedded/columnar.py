@@ -146,9 +146,7 @@ class ColumnarCollection(RowColumns):
         self._write_rows(rows, batch, rewritten, keep_counters)
 
     def _index_fields(self, row: int, record: Record) -> None:
-        for name, value in record.fields.items():
-            for key in field_keys(name, value):
-                self._fields.add(key, row)
+        self._fields.add_fields(row, record.fields)
 
     def replace(self, record: Record, expected_body: bytes | None) -> bool:
         """Compare-and-set by body (``None``: create only if absent), idempotent for a retried call."""

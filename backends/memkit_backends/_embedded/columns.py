@@ -103,13 +103,14 @@ class RowColumns:
         self._importance[row] = record.importance
         self._timestamps[row] = record.timestamp
         self._expires[row] = np.inf if record.expires_at is None else record.expires_at
-        old = self._scope[:, row].tolist() if rewritten else ()
+        old = tuple(self._scope[:, row].tolist()) if rewritten else ()
         scope, acquire = record.scope, self._interner.acquire
         codes = (acquire(scope.user_id), acquire(scope.agent_id), acquire(scope.session_id))
         self._scope[:, row] = codes
-        if rewritten:
-            self._scope_rows.remove(row, old)
-        self._scope_rows.add(row, codes)
+        if old != codes:  # else rewritten in its scope: its place in the scope index holds
+            if rewritten:
+                self._scope_rows.remove(row, old)
+            self._scope_rows.add(row, codes)
         for code in old:  # after the acquisitions: a rewrite in the same scope keeps its codes
             self._interner.release(code)
         if not keep_counters:
@@ -140,9 +141,13 @@ class RowColumns:
         acquire = self._interner.acquire
         new = [(acquire(r.scope.user_id), acquire(r.scope.agent_id), acquire(r.scope.session_id)) for r in batch]
         self._scope[:, rows] = np.array(new, dtype=np.int32).T
-        for row, codes in zip(rewritten, old, strict=True):
-            self._scope_rows.remove(row, codes)
+        before = {row: tuple(codes) for row, codes in zip(rewritten, old, strict=True)}
         for row, codes in zip(rows.tolist(), new, strict=True):
+            held = before.get(row)
+            if held == codes:
+                continue  # rewritten in its scope (a graph node's list): its place in the scope index holds
+            if held is not None:
+                self._scope_rows.remove(row, held)
             self._scope_rows.add(row, codes)
         for codes in old:
             for code in codes:

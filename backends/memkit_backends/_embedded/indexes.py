@@ -7,8 +7,9 @@ inverted index: one key per scalar, one per tag of a tuple.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Literal, TypeAlias
 
 import numpy as np
@@ -72,6 +73,10 @@ def dim_after(records: Iterable[Record], dim: int | None) -> int | None:
     return dim
 
 
+_STRINGS = itertools.repeat(str)
+"""``str`` forever: ``map(isinstance, tags, _STRINGS)`` tests each tag without a Python-level loop."""
+
+
 def check_record(record: Record) -> None:
     """Refuse what the store could not hold faithfully: NaN or infinite numbers (JSON has none, and NaN
     breaks ordering and equality), field values of other types. The layer validates metadata too; this is
@@ -83,7 +88,9 @@ def check_record(record: Record) -> None:
         raise ValidationError(f"record {record.id!r}: expires_at is NaN")
     for name, value in record.fields.items():
         kind = type(value)
-        if (kind is str or kind is int or kind is bool) and type(name) is str:  # the common cases, fast
+        if type(name) is str and (kind is str or kind is int or kind is bool):  # the common cases, fast
+            continue
+        if isinstance(value, tuple) and type(name) is str and all(map(isinstance, value, _STRINGS)):  # tags, in C
             continue
         _check_field(record, name, value)
 
@@ -177,6 +184,28 @@ class FieldIndex:
     def __iter__(self) -> Iterator[FieldKey]:
         """The keys some row holds."""
         return iter(self._rows)
+
+    def add_fields(self, row: int, fields: Mapping[str, FieldValue | tuple[str, ...]]) -> None:
+        """``add`` for every key of a record's fields, inlined: a graph edge has nine keys, and a call per
+        key was a tenth of a batched graph upsert."""
+        held_by, cached = self._rows, self._sorted
+        for name, value in fields.items():
+            keys = (
+                [(name, tag, False) for tag in value]
+                if isinstance(value, tuple)
+                else [(name, value, isinstance(value, bool))]
+            )  # as field_keys
+            for key in keys:
+                held = held_by.get(key)
+                if held is None:
+                    held_by[key] = row
+                elif isinstance(held, int):
+                    if held != row:
+                        held_by[key] = {held, row}
+                else:
+                    held.add(row)
+                    if cached:
+                        cached.pop(key, None)
 
     def add(self, key: FieldKey, row: int) -> None:
         held = self._rows.get(key)

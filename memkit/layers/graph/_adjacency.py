@@ -13,6 +13,7 @@ list may lack older edges the walk wants (``more``), and for a walk ``as_of`` a 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
@@ -27,6 +28,7 @@ Changes = dict[str, dict[str, Adjacent | None]]
 """Per node id: per edge id, the entry the node's list must hold (None: it must not hold one)."""
 
 _WAY: dict[Direction, int] = {"out": OUT, "in": IN, "both": OUT | IN}
+_NEWEST = operator.attrgetter("stamp", "edge")
 
 
 def changes_for(edges: Iterable[tuple[Record, EdgeBody]], now: float) -> Changes:
@@ -61,14 +63,17 @@ def with_changes(body: NodeBody, changes: Mapping[str, Adjacent | None], cap: in
     newest first, cut at ``cap`` (then ``more``: older edges may hold that the list no longer names)."""
     if not body.indexed:
         return body  # nothing relies on the list of a node stored before lists: no write for it
-    current = {entry.edge: entry for entry in body.adjacent}
-    if all(current.get(edge) == entry for edge, entry in changes.items()):
-        return body
-    kept = [entry for entry in body.adjacent if entry.edge not in changes]
-    kept += [entry for entry in changes.values() if entry is not None]
-    kept.sort(key=lambda entry: (entry.stamp, entry.edge), reverse=True)
+    kept: list[Adjacent] = []
+    replaced: list[Adjacent] = []
+    for entry in body.adjacent:
+        (replaced if entry.edge in changes else kept).append(entry)
+    added = [entry for entry in changes.values() if entry is not None]
+    if len(added) == len(replaced) and all(entry in replaced for entry in added):
+        return body  # each change is what the list holds already
+    kept += added
+    kept.sort(key=_NEWEST, reverse=True)  # the list was in order: nearly sorted
     more = body.more or len(kept) > cap
-    return msgspec.structs.replace(body, adjacent=kept[:cap], more=more)
+    return msgspec.structs.replace(body, adjacent=tuple(kept[:cap]), more=more)
 
 
 def candidates(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -76,14 +76,17 @@ OUT: Final = 1
 IN: Final = 2
 
 
+# The bodies hold tuples, not lists: a tuple of strings, numbers or ``Adjacent`` leaves the cycle collector's
+# view at its first pass, while a list stays tracked; a batch of 1,000 edges decodes and builds thousands,
+# each alive until the batch ends, and full collections were a quarter of a batched upsert.
 class NodeBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     name: str
     type: str = DEFAULT_TYPE
-    aliases: list[str] = msgspec.field(default_factory=list)
+    aliases: tuple[str, ...] = ()
     attributes: dict[str, Any] = msgspec.field(default_factory=dict)
     created: float = 0.0
     updated: float = 0.0
-    adjacent: list[Adjacent] = msgspec.field(default_factory=list)
+    adjacent: tuple[Adjacent, ...] = ()
     """The node's newest edges that hold (or will), newest first, at most ``GraphConfig.adjacency_cap``."""
     indexed: bool = False
     """Whether ``adjacent`` is kept: true for nodes created since it exists (older ones are read by scan)."""
@@ -98,9 +101,9 @@ class EdgeBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc
     dst: str
     src_name: str
     dst_name: str
-    history: list[tuple[float, float | None]] = msgspec.field(default_factory=list)
+    history: tuple[tuple[float, float | None], ...] = ()
     attributes: dict[str, Any] = msgspec.field(default_factory=dict)
-    provenance: list[str] = msgspec.field(default_factory=list)
+    provenance: tuple[str, ...] = ()
     updated: float = 0.0
 
 
@@ -142,13 +145,13 @@ def edge_id(owner: str, src: str, relation: str, dst: str) -> str:
 
 # -- nodes ------------------------------------------------------------------------------------------------
 def new_node(node: Node, now: float, *, indexed: bool) -> NodeBody:
-    return NodeBody(name=node.name.strip(), type=node.type or DEFAULT_TYPE, aliases=_unique([], node.aliases),
+    return NodeBody(name=node.name.strip(), type=node.type or DEFAULT_TYPE, aliases=tuple(_unique([], node.aliases)),
                     attributes=dict(node.attributes), created=now, updated=now, indexed=indexed)  # fmt: skip
 
 
 def merge_node(stored: NodeBody, node: Node, now: float, max_aliases: int) -> NodeBody:
     """``stored`` with ``node``'s attributes (key by key), aliases and type (when given) merged in."""
-    aliases = _unique(stored.aliases, [node.name, *node.aliases], exclude=stored.name)[:max_aliases]
+    aliases = tuple(_unique(stored.aliases, [node.name, *node.aliases], exclude=stored.name)[:max_aliases])
     attributes = {**stored.attributes, **node.attributes}
     kind = node.type or stored.type
     if aliases == stored.aliases and attributes == stored.attributes and kind == stored.type:
@@ -156,7 +159,7 @@ def merge_node(stored: NodeBody, node: Node, now: float, max_aliases: int) -> No
     return msgspec.structs.replace(stored, aliases=aliases, attributes=attributes, type=kind, updated=now)
 
 
-def _unique(have: list[str], more: list[str], exclude: str | None = None) -> list[str]:
+def _unique(have: Sequence[str], more: list[str], exclude: str | None = None) -> list[str]:
     """``have`` then each of ``more`` whose normalised form is new (and not ``exclude``'s)."""
     seen = {normal_name(n) for n in have}
     if exclude is not None:
@@ -191,7 +194,7 @@ def decode_node(record: Record) -> NodeBody:
 
 
 def to_node(record_id: str, body: NodeBody) -> Node:
-    return Node(name=body.name, type=body.type, attributes=body.attributes, aliases=body.aliases, id=record_id,
+    return Node(name=body.name, type=body.type, attributes=body.attributes, aliases=list(body.aliases), id=record_id,
                 created_at=from_epoch(body.created), updated_at=from_epoch(body.updated))  # fmt: skip
 
 
@@ -201,8 +204,8 @@ def new_edge(ends: tuple[str, str, str, str], edge: Edge, now: float, max_proven
     start = epoch(edge.valid_from) if edge.valid_from is not None else now
     end = epoch(edge.valid_to) if edge.valid_to is not None else None
     return EdgeBody(src=src, rel=normal_relation(edge.relation), dst=dst, src_name=src_name, dst_name=dst_name,
-                    history=[(start, end)], attributes=dict(edge.attributes),
-                    provenance=_newest(list(edge.provenance), max_provenance), updated=now)  # fmt: skip
+                    history=((start, end),), attributes=dict(edge.attributes),
+                    provenance=_newest(edge.provenance, max_provenance), updated=now)  # fmt: skip
 
 
 def merge_edge(stored: EdgeBody, edge: Edge, now: float, max_provenance: int) -> EdgeBody:
@@ -219,15 +222,15 @@ def merge_edge(stored: EdgeBody, edge: Edge, now: float, max_provenance: int) ->
     provenance = _newest([*stored.provenance, *(p for p in edge.provenance if p not in stored.provenance)],
                          max_provenance)  # fmt: skip
     attributes = {**stored.attributes, **edge.attributes}
-    if history == stored.history and provenance == stored.provenance and attributes == stored.attributes:
+    if tuple(history) == stored.history and provenance == stored.provenance and attributes == stored.attributes:
         return stored
-    return msgspec.structs.replace(stored, history=history, provenance=provenance, attributes=attributes,
+    return msgspec.structs.replace(stored, history=tuple(history), provenance=provenance, attributes=attributes,
                                    updated=now)  # fmt: skip
 
 
 def end_edge(stored: EdgeBody, at: float) -> EdgeBody:
     """``stored`` with the interval open at ``at`` ended there (a functional relation got a new target)."""
-    history = [(s, at if (e is None and s <= at) else e) for s, e in stored.history]
+    history = tuple((s, at if (e is None and s <= at) else e) for s, e in stored.history)
     return stored if history == stored.history else msgspec.structs.replace(stored, history=history)
 
 
@@ -236,12 +239,12 @@ def open_since(body: EdgeBody) -> float | None:
     return next((s for s, e in reversed(body.history) if e is None), None)
 
 
-def _holds_at(history: list[tuple[float, float | None]], moment: float) -> bool:
+def _holds_at(history: Sequence[tuple[float, float | None]], moment: float) -> bool:
     return any(s <= moment and (e is None or moment < e) for s, e in history)
 
 
-def _newest(items: list[str], keep: int) -> list[str]:
-    return items[-keep:] if keep else []
+def _newest(items: Sequence[str], keep: int) -> tuple[str, ...]:
+    return tuple(items[-keep:]) if keep else ()
 
 
 def is_live(body: EdgeBody, now: float) -> bool:
@@ -298,7 +301,7 @@ def to_edge(record_id: str, body: EdgeBody) -> Edge:
     latest = history[-1] if history else None
     return Edge(source=body.src_name, relation=body.rel, target=body.dst_name, attributes=body.attributes,
                 valid_from=latest.valid_from if latest else None, valid_to=latest.valid_to if latest else None,
-                provenance=body.provenance, id=record_id, source_id=body.src, target_id=body.dst,
+                provenance=list(body.provenance), id=record_id, source_id=body.src, target_id=body.dst,
                 history=history, updated_at=from_epoch(body.updated))  # fmt: skip
 
 
