@@ -35,7 +35,7 @@ DEFAULT_FUNCTIONAL: Final = frozenset(
 """Relations a source has one current value of: a new target ends the old edge (``valid_to``)."""
 
 
-class Interval(msgspec.Struct, frozen=True, array_like=True):
+class Interval(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """A span of time an edge held: ``[valid_from, valid_to)``; ``valid_to`` None while it holds."""
 
     valid_from: datetime
@@ -45,7 +45,10 @@ class Interval(msgspec.Struct, frozen=True, array_like=True):
         return self.valid_from <= moment and (self.valid_to is None or moment < self.valid_to)
 
 
-class Node(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+# Node, Edge and Interval are untracked by the cycle collector (``gc=False``): an import holds tens of thousands
+# and every full collection walked them. No cycle can pass through one: their values are JSON-like, checked
+# by encoding before anything is written, and a value that contained the struct itself would not encode.
+class Node(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """An entity: a person, a place, an organisation, a thing a user likes.
 
     Identity is the normalised name within a user's (or agent's) graph: "Ada Lovelace", " ada  lovelace"
@@ -63,7 +66,7 @@ class Node(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     updated_at: datetime | None = None
 
 
-class Edge(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Edge(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=False):
     """A relation ``source -[relation]-> target`` between two entities, named by name or alias.
 
     One edge per (source, relation, target): asserting it again merges attributes and provenance. Relations
