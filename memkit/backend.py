@@ -113,6 +113,9 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     ttl: bool = False
     persistent: bool = False
     """Data outlives the process."""
+    cheap_scans: bool = False
+    """A filtered scan is answered from an index in this process's memory, at about the cost of a read by id
+    (memory://): a layer need not write extra records to spare its reads a scan."""
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True, gc=False):

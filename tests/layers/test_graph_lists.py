@@ -4,6 +4,7 @@ walk miss or invent an edge."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,9 +43,27 @@ async def store() -> AsyncIterator[CountingBackend]:
 
 
 async def _graph(store: CountingBackend, config: GraphConfig | None = None) -> KnowledgeGraph:
-    graph = KnowledgeGraph(store, config)  # type: ignore[arg-type]  # the wrapper passes everything through
+    """Lists kept unless ``config`` says otherwise: memory:// alone would keep none (its scans are cheap)."""
+    graph = KnowledgeGraph(store, config or GraphConfig(adjacency_cap=64))  # type: ignore[arg-type]
     await graph.setup()
     return graph
+
+
+async def test_lists_are_kept_where_scans_cost_more_than_reads_by_id(tmp_path: Path) -> None:
+    """By default a graph keeps lists unless its backend's scans are as cheap as reads by id (memory://),
+    where they would only cost writes; an explicit cap is kept as given."""
+    async with open_backend("memory://") as memory, open_backend(f"sqlite:///{tmp_path / 'g.db'}") as sqlite:
+        assert memory.capabilities.cheap_scans and not sqlite.capabilities.cheap_scans
+        assert KnowledgeGraph(memory).config.adjacency_cap == 0
+        assert KnowledgeGraph(sqlite).config.adjacency_cap == 64
+        assert KnowledgeGraph(memory, GraphConfig(adjacency_cap=8)).config.adjacency_cap == 8
+        graph = KnowledgeGraph(memory)
+        await graph.setup()
+        await graph.upsert(edges=[Edge(source="ada", relation="knows", target="bea")], user_id="u")
+        [node] = await memory.get("graph_nodes", [(await graph.resolve("ada", user_id="u")).id], None)  # type: ignore[union-attr]
+        assert b"adjacent" not in node.body  # no list written: the edge write left the node be
+        walked = await graph.related("ada", user_id="u")
+        assert {n.name for n in walked.nodes} == {"ada", "bea"}
 
 
 async def test_a_walk_from_small_nodes_reads_no_scan(store: CountingBackend) -> None:

@@ -90,7 +90,7 @@ class InProcessCollections:
 
 
 class MemoryBackend(Backend):
-    capabilities = Capabilities(vector_search=True, text_search=True, ttl=True, persistent=False)
+    capabilities = Capabilities(vector_search=True, text_search=True, ttl=True, persistent=False, cheap_scans=True)
 
     def __init__(self, url: StorageURL) -> None:
         super().__init__(url)

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio.lowlevel
+import msgspec
 
 from memkit._time import now_epoch
 from memkit._validation import MAX_ID_CHARS, check_content, check_int, check_moment, check_text
@@ -67,6 +68,16 @@ def _ends(records: Sequence[Record]) -> list[tuple[str, str, str]]:
     return ends
 
 
+_ADJACENCY_CAP = 64
+
+
+def _with_lists_decided(config: GraphConfig, backend: Backend) -> GraphConfig:
+    """``config`` with ``adjacency_cap`` a number: as given, else by what a scan costs on ``backend``."""
+    if config.adjacency_cap is not None:
+        return config
+    return msgspec.structs.replace(config, adjacency_cap=0 if backend.capabilities.cheap_scans else _ADJACENCY_CAP)
+
+
 class KnowledgeGraph:
     """Entities (``Node``) and relations (``Edge``) per user or agent, for prompts that need what is connected.
 
@@ -87,7 +98,7 @@ class KnowledgeGraph:
         if llm is not None and not callable(getattr(llm, "structured", None)):
             raise ValidationError(f"llm must be a memkit.llm.LLM (with structured()), got {type(llm).__name__}")
         self.backend = backend
-        self.config = config or GraphConfig()
+        self.config = _with_lists_decided(config or GraphConfig(), backend)
         self.llm = llm
         self._locks = KeyedLocks()
 

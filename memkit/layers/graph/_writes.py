@@ -59,6 +59,8 @@ class GraphWriter:
     ) -> None:
         self.store, self.config, self.locks, self.owner, self.scope, self.now = store, config, locks, owner, scope, now
         self.functional = frozenset(normal_relation(r) for r in config.functional)
+        self.cap = config.adjacency_cap or 0
+        """Entries in each node's list of newest edges (the layer decided a number; 0: no lists)."""
         self._written = itertools.count()
         self._built: dict[str, tuple[Record, NodeBody | EdgeBody]] = {}
         """The body of each record a build made, so what was just encoded is not decoded again."""
@@ -125,7 +127,7 @@ class GraphWriter:
 
     def _build_node(self, target: str, given: list[Node], current: Record | None) -> Record | None:
         if current is None:
-            body = new_node(given[0], self.now, indexed=self.config.adjacency_cap > 0)
+            body = new_node(given[0], self.now, indexed=self.cap > 0)
             rest = given[1:]
         else:
             body = stored = decode_node(current)
@@ -169,12 +171,12 @@ class GraphWriter:
     async def index(self, edges: Sequence[Record], nodes: dict[str, Record] | None) -> None:
         """Bring the endpoints' lists of newest edges in line with these edge records (``nodes``: the
         endpoints' records when the caller has read them, else they are read)."""
-        if edges and self.config.adjacency_cap:
+        if edges and self.cap:
             await self.change_lists(changes_for(((r, self.body_of(r, decode_edge)) for r in edges), self.now), nodes)
 
     async def change_lists(self, changes: Changes, nodes: dict[str, Record] | None) -> None:
         """Apply ``changes`` to the nodes' lists of newest edges, each node by compare-and-set."""
-        if not changes or not self.config.adjacency_cap:
+        if not changes or not self.cap:
             return
         builds = [(node, functools.partial(self._build_list, node, change)) for node, change in changes.items()]
         known = None if nodes is None else {n: nodes[n] for n in changes if n in nodes}
@@ -186,7 +188,7 @@ class GraphWriter:
         if current is None:
             return None  # deleted meanwhile: no list to keep
         stored = self.body_of(current, decode_node)
-        body = with_changes(stored, change, self.config.adjacency_cap)
+        body = with_changes(stored, change, self.cap)
         if body is stored:
             return None
         return self._made(with_node_body(current, body), body)
