@@ -64,7 +64,8 @@ async def test_neighbour_turn_answers_the_question(store_url: str, local_embedde
         assert "Jo: A lopsided blue teapot. My grandmother Ilse loved it anyway." in contents
         assert any(hit.neighbour > 0 for hit in hits)
         top = hits[0]
-        assert top.score == pytest.approx(top.neighbour + sum(
+        assert top.speaker > 0  # the question names Jo, who said it
+        assert top.score == pytest.approx(top.neighbour + top.speaker + top.session + top.time + sum(
             w * s for w, s in ((0.5, top.similarity), (0.5, top.lexical), (0.05, top.recency), (0.1, top.importance))
         ), rel=1e-4)  # fmt: skip
         # The turn after an answer carries the answer as context, so both rank high: the answer is in the top 2.

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from memkit import ContentError, LongTermConfig, Memkit, Turn, Weights
+from memkit import ContentError, LongTermConfig, Memkit, Turn, ValidationError, Weights
 from memkit.embedders import CachedEmbedder, HashingEmbedder
 from memkit.layers.longterm._passages import DEFAULT_PASSAGE_WORDS, keys_collection, passage_words, passages
 from memkit.layers.longterm._when import query_windows
@@ -168,6 +168,33 @@ async def test_time_weight_lifts_turns_said_in_the_named_window() -> None:
             else:
                 assert hits[0].memory.created_at == expected and hits[0].time == pytest.approx(0.3)
                 assert hits[1].time == 0 and hits[0].score > hits[1].score
+
+
+async def test_speaker_weight_lifts_turns_of_the_speaker_the_query_names(store_url: str) -> None:
+    said = [Turn(speaker="Melanie", text="I went camping by the lake with the kids.", at=DAY),
+            Turn(speaker="Caroline", text="I went camping by the lake with the kids.", at=DAY)]  # fmt: skip
+    for weight in (0.0, 0.3):
+        config = LongTermConfig(speaker_weight=weight, neighbour_weight=0.0, fact_keys=False)
+        async with Memkit(store_url, embedder=HashingEmbedder(64), long_term=config) as mem:
+            await mem.long_term.forget_all(user_id="jo")
+            for i, turn in enumerate(said):
+                await mem.long_term.add_turns([turn], user_id="jo", thread=f"s{i}")
+            await mem.long_term.store("Caroline went camping by the lake.", user_id="jo", source="Caroline")
+            hits = await mem.long_term.recall("Where did Caroline go camping?", user_id="jo", k=3)
+            by_source = {h.memory.source: h for h in hits if h.memory.kind == "turn"}
+            if weight == 0.0:
+                assert all(h.speaker == 0 for h in hits)
+            else:
+                assert by_source["Caroline"].speaker == pytest.approx(0.3) and by_source["Melanie"].speaker == 0
+                assert by_source["Caroline"].score > by_source["Melanie"].score
+                stored = [h for h in hits if h.memory.kind != "turn"]
+                assert stored and all(h.speaker == 0 for h in stored)  # only turns have speakers
+
+
+def test_speaker_weight_must_be_a_non_negative_number() -> None:
+    for bad in (-0.1, float("nan")):
+        with pytest.raises(ValidationError, match="speaker_weight"):
+            LongTermConfig(speaker_weight=bad)
 
 
 async def test_session_weight_lifts_turns_of_a_session_with_strong_evidence() -> None:

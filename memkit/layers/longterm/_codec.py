@@ -48,6 +48,13 @@ _encode_memory = msgspec.json.Encoder().encode
 _decode_memory = msgspec.json.Decoder(Memory).decode
 
 
+class _Source(msgspec.Struct):
+    source: str | None = None
+
+
+_decode_source = msgspec.json.Decoder(_Source).decode
+
+
 @functools.lru_cache(maxsize=8192)  # asked several times per memory on the write path
 def dedupe_key(content: str) -> str:
     return hashlib.blake2b(normalize_for_dedupe(content).encode(), digest_size=12).hexdigest()
@@ -184,14 +191,25 @@ def decode(record: Record) -> Memory:
     )
 
 
-def to_hit(hit: Hit, neighbour: float = 0.0, session: float = 0.0, time: float = 0.0) -> RecallHit:
+def speaker_of(record: Record) -> str | None:
+    """A turn's speaker (its memory's ``source``), read without decoding the rest of the body."""
+    try:
+        return _decode_source(record.body).source
+    except msgspec.DecodeError:
+        return None  # an undecodable body is reported where the memory itself is decoded
+
+
+def to_hit(
+    hit: Hit, neighbour: float = 0.0, session: float = 0.0, time: float = 0.0, speaker: float = 0.0
+) -> RecallHit:
     scores = hit.scores
     return RecallHit(
         memory=decode(hit.record),
-        score=scores.final + neighbour + session + time,
+        score=scores.final + neighbour + session + time + speaker,
         neighbour=neighbour,
         session=session,
         time=time,
+        speaker=speaker,
         similarity=scores.similarity,
         lexical=scores.lexical,
         recency=scores.recency,

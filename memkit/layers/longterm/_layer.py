@@ -475,8 +475,8 @@ class LongTermMemory:
         config = self.config
         return await blend_rank(self.backend, self._collection, query, k, neighbour_weight=config.neighbour_weight,
                                 session_weight=config.session_weight, time_weight=config.time_weight,
-                                windows=windows, keys=True, drop_filler=config.drop_filler,
-                                feedback_terms=config.feedback_terms)  # fmt: skip
+                                speaker_weight=config.speaker_weight, windows=windows, keys=True,
+                                drop_filler=config.drop_filler, feedback_terms=config.feedback_terms)  # fmt: skip
 
     # -- helpers ----------------------------------------------------------------------------------------
     async def _embed(self, texts: builtins.list[str]) -> Any:

@@ -1,13 +1,15 @@
 """The blended ranking: the store's fused score, keys folded in, then boosts from what surrounds a turn.
 
-    score = fused (its best key's, if higher) + neighbour + session + time
+    score = fused (its best key's, if higher) + neighbour + session + time + speaker
 
 - neighbour: ``neighbour_weight`` x the best score of the turn just before or after it in its thread (LoCoMo's
   questions often match the turn before the answer);
 - session: ``session_weight`` x the best score of any candidate turn of its thread (the session as a unit:
   turns of a session that holds strong evidence rise together);
 - time: ``time_weight`` when the turn was said inside a window of time the query names ("last Saturday",
-  "two weeks ago", "in May"), resolved against the recall's ``as_of`` (``_when``).
+  "two weeks ago", "in May"), resolved against the recall's ``as_of`` (``_when``);
+- speaker: ``speaker_weight`` when the query names the turn's speaker ("What did Caroline say about ...":
+  of two turns on the topic, hers is the evidence).
 
 Boosts are computed over the store's best candidates (deeper than ``k`` when any boost is on), so a turn must
 first be a candidate to be lifted. With every boost at 0 the ranking is the store's own.
@@ -15,14 +17,17 @@ first be a candidate to be lifted. With every boost at 0 the ranking is the stor
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import msgspec
 
 from memkit.backend import Backend, Hit, Query
 from memkit.layers._turns import TURN_KEY, turn_key
+from memkit.layers.longterm._codec import speaker_of
 from memkit.layers.longterm._feedback import FEEDBACK_DOCS, expanded, without_filler
 from memkit.layers.longterm._passages import fold_keys
+from memkit.text import tokenize
 
 __all__ = ["Boosts", "Ranked", "blend_rank"]
 
@@ -31,10 +36,11 @@ class Boosts(NamedTuple):
     neighbour: float
     session: float
     time: float
+    speaker: float
 
 
 Ranked = list[tuple[Hit, Boosts]]
-_NONE = Boosts(0.0, 0.0, 0.0)
+_NONE = Boosts(0.0, 0.0, 0.0, 0.0)
 _WINDOW_DEPTH = 100
 """Candidates read when the query names a time: the turns of that day compete with the whole history."""
 
@@ -42,6 +48,15 @@ _WINDOW_DEPTH = 100
 def _neighbour_keys(key: str) -> tuple[str, str]:
     thread, _, position = key.rpartition("#")
     return turn_key(thread, int(position) - 1), turn_key(thread, int(position) + 1)
+
+
+@functools.lru_cache(maxsize=1024)  # a conversation has few speakers, asked for at every recall
+def _speaker_words(speaker: str) -> frozenset[str]:
+    return frozenset(tokenize(speaker))
+
+
+def _names_speaker(asked: frozenset[str], speaker: str | None) -> bool:
+    return speaker is not None and not asked.isdisjoint(_speaker_words(speaker))
 
 
 async def blend_rank(
@@ -53,6 +68,7 @@ async def blend_rank(
     neighbour_weight: float,
     session_weight: float,
     time_weight: float,
+    speaker_weight: float = 0.0,
     windows: list[tuple[float, float]],
     keys: bool,
     drop_filler: bool = False,
@@ -61,10 +77,11 @@ async def blend_rank(
     """Top ``k`` by the fused score plus the boosts, each hit with its boosts (the query's text first rid
     of conversational filler and expanded by feedback from a first pass's turns when asked: ``_feedback``; a
     conversation's turns share a topic's words, stored statements need not)."""
+    asked = frozenset(tokenize(query.text)) if speaker_weight > 0 and query.text else frozenset()
     if drop_filler and query.text:
         query = msgspec.structs.replace(query, text=without_filler(query.text))
     timed = time_weight > 0 and bool(windows)
-    boosted = neighbour_weight > 0 or session_weight > 0 or timed
+    boosted = neighbour_weight > 0 or session_weight > 0 or timed or bool(asked)
     depth = max(2 * k, 20, _WINDOW_DEPTH if timed else 0) if boosted else k
     candidates: list[Hit] | None = None
     if feedback_terms > 0 and query.text:
@@ -98,8 +115,9 @@ async def blend_rank(
         if turn is not None:
             turn = str(turn)
             neighbour = max((base.get(n, 0.0) for n in _neighbour_keys(turn)), default=0.0)
-            boosts = Boosts(neighbour_weight * neighbour, session_weight * best_in_thread.get(turn.rpartition("#")[0],
-                            0.0), 0.0)  # fmt: skip
+            session = best_in_thread.get(turn.rpartition("#")[0], 0.0)
+            named = bool(asked) and _names_speaker(asked, speaker_of(hit.record))
+            boosts = Boosts(neighbour_weight * neighbour, session_weight * session, 0.0, speaker_weight * named)
         if timed and any(start <= hit.record.timestamp < end for start, end in windows):
             boosts = boosts._replace(time=time_weight)
         rescored.append((hit.scores.final + sum(boosts), hit, boosts))

@@ -71,6 +71,8 @@ class RecallHit(msgspec.Struct, frozen=True, kw_only=True):
     """Boost from the best candidate turn of the same thread (``LongTermConfig.session_weight``)."""
     time: float = 0.0
     """Boost for a turn said inside a window of time the query names (``LongTermConfig.time_weight``)."""
+    speaker: float = 0.0
+    """Boost for a turn whose speaker the query names (``LongTermConfig.speaker_weight``)."""
 
 
 class LongTermConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,6 +110,9 @@ class LongTermConfig(msgspec.Struct, frozen=True, kw_only=True):
     time_weight: float = 0.1
     """Boost for turns said inside a window of time the query names ("last Saturday", "in May"), resolved
     against recall's ``as_of`` (0 turns this off). 0.1 measured on LoCoMo and LongMemEval dev (README)."""
+    speaker_weight: float = 0.05
+    """Boost for turns whose speaker the query names ("What did Caroline say about ..."; 0 turns this off).
+    0.05 measured on LoCoMo and LongMemEval dev (README)."""
     drop_filler: bool = False
     """Leave words about the conversation itself ("mentioned", "previous chat", "remind") out of the query's
     lexical text (the dense signal still reads the whole question)."""
@@ -188,6 +193,7 @@ def _check_config(config: LongTermConfig) -> None:
             "passage_words must be None or an integer in 16..100,000")  # fmt: skip
     require(finite(config.session_weight) and config.session_weight >= 0, "session_weight must be >= 0")
     require(finite(config.time_weight) and config.time_weight >= 0, "time_weight must be >= 0")
+    require(finite(config.speaker_weight) and config.speaker_weight >= 0, "speaker_weight must be >= 0")
     require(isinstance(config.fact_keys, bool), "fact_keys must be True or False")
     require(isinstance(config.drop_filler, bool), "drop_filler must be True or False")
     require(integer(config.feedback_terms, 0, 100), "feedback_terms must be an integer in 0..100")
