@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import redis
 from memkit_backends.redis._bulk import command, hset
@@ -56,3 +57,24 @@ async def test_records_written_during_the_index_scan_are_indexed_once(redis_url:
     stats = {(k if isinstance(k, str) else k.decode()): v for k, v in stats.items()}
     assert (int(stats["num_docs"]), int(stats["max_doc_id"])) == (2_000, 2_000)
     client.close()
+
+
+async def test_records_in_older_layouts_read_back_whole(redis_url: str) -> None:
+    """A read asks for the hash's fields by name: a hash written before the scope field (an id per field)
+    with its body inline, and fields JSON holding what today's types do not name, still read back."""
+    url = fresh_redis_url(redis_url)
+    async with open_backend(url) as backend:
+        await backend.ensure_collection("c", 8)
+        record = make_record("new", "u1", seed=1, fields={"tag": ("a", "b"), "n": 2})
+        await backend.upsert("c", [record])
+        client = redis.Redis.from_url(url.split("?")[0])
+        old = {**client.hgetall(collection_prefix("c") + "new")}
+        for field in (b"scope", b"rid"):
+            old.pop(field)
+        legacy_fields = {b"rid": b"old", b"uid": b"u1", b"body": b"inline", b"fields": b'{"k": null}'}
+        client.hset(collection_prefix("c") + "old", mapping={**old, **legacy_fields})
+        [new, legacy] = await backend.get("c", ["new", "old", "absent"])
+        assert new.body == record.body and new.scope == record.scope and new.fields == record.fields
+        assert legacy.id == "old" and legacy.body == b"inline" and legacy.scope.user_id == "u1"
+        assert legacy.scope.agent_id is None and legacy.fields == {"k": None}
+        assert np.array_equal(legacy.vector, record.vector) and legacy.timestamp == record.timestamp

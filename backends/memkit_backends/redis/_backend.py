@@ -45,7 +45,14 @@ from memkit.errors import (
 )
 from memkit_backends.redis import _bulk as bulk
 from memkit_backends.redis import _scan
-from memkit_backends.redis._codec import COUNTER_FIELDS, decode_record, encode_record, same_indexed_fields
+from memkit_backends.redis._codec import (
+    COUNTER_FIELDS,
+    HASH_FIELDS,
+    decode_listed,
+    decode_record,
+    encode_record,
+    same_indexed_fields,
+)
 from memkit_backends.redis._collections import Collections
 from memkit_backends.redis._connect import make_client
 from memkit_backends.redis._errors import is_missing_index, operation, redis_error
@@ -73,17 +80,19 @@ _NO_SEARCH: Final = "this Redis has no search module; records need Redis 8 or Re
 # counters, ...). One script, so each record's pair of updates is atomic and a delete (a MULTI) is
 # either wholly before or wholly after it. ``at`` is stored as the caller's string, not Lua's number
 # formatting (14 digits).
-# Per id (KEYS: hash, body, counters, ...): {HGETALL hash, GET body, HMGET counters}. One command for a batch
-# where a pipeline of three per id made reading 100 records cost ~3 ms of client-side command handling.
+# Per id (KEYS: hash, body, counters, ...): {HMGET hash HASH_FIELDS, GET body, HMGET counters}. One command for a
+# batch where a pipeline of three per id made reading 100 records cost ~3 ms of client-side command handling;
+# HMGET, not HGETALL, leaves the hash's indexed copies (tags, tokens) on the server.
 _GET: Final = """
 local out = {}
 for i = 1, #KEYS, 3 do
-  out[#out + 1] = redis.call('HGETALL', KEYS[i])
+  out[#out + 1] = redis.call('HMGET', KEYS[i], unpack(ARGV, 3))
   out[#out + 1] = redis.call('GET', KEYS[i + 1])
   out[#out + 1] = redis.call('HMGET', KEYS[i + 2], ARGV[1], ARGV[2])
 end
 return out
 """
+_GET_ARGS: Final = [*COUNTER_FIELDS, *HASH_FIELDS]
 _TOUCH: Final = """
 local at = tonumber(ARGV[1])
 for i = 1, #KEYS, 2 do
@@ -273,10 +282,9 @@ class RedisBackend(KeyValueFace, Backend):
         prefix, body_prefix, counters = collection_prefix(collection), body_prefix_of(collection), \
             counters_prefix_of(collection)  # fmt: skip
         keys = [key for i in ids for key in (prefix + i, body_prefix + i, counters + i)]
-        replies = await self._get_script(keys, list(COUNTER_FIELDS))
+        replies = await self._get_script(keys, _GET_ARGS)
         triples = zip(replies[::3], replies[1::3], replies[2::3], strict=True)
-        records = [decode_record(dict(zip(raw[::2], raw[1::2], strict=True)), body, counts)
-                   for raw, body, counts in triples if raw]  # fmt: skip
+        records = [decode_listed(values, body, counts) for values, body, counts in triples if values[0] is not None]
         return records if scope is None else [r for r in records if scope_matches(r.scope, scope)]
 
     async def _run(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:

@@ -23,8 +23,8 @@ from memkit.backend import Fields, Record, Scope
 from memkit.text import tokenize
 from memkit_backends.redis._keys import NO_SCOPE, NONE_EXPIRY, SCOPE_FIELDS, filter_tags, scope_number, scope_tag
 
-__all__ = ["decode_fields", "decode_record", "encode_record", "scope_from_hash", "scope_numbers",
-           "same_indexed_fields"]  # fmt: skip
+__all__ = ["HASH_FIELDS", "decode_fields", "decode_listed", "decode_record", "encode_record", "scope_from_hash",
+           "scope_numbers", "same_indexed_fields"]  # fmt: skip
 
 Counters = Sequence[bytes | None]
 """A record's counters hash read as ``HMGET key n t``: access count, last access (absent: None)."""
@@ -43,10 +43,17 @@ def scope_from_hash(raw: Mapping[bytes, bytes]) -> Scope:
     )
 
 
+_decode_typed_fields = msgspec.json.Decoder(Fields).decode
+
+
 def decode_fields(raw: bytes) -> Fields:
-    """Stored JSON keeps a tag field as a list; the contract hands it back as a tuple."""
-    fields: dict[str, Any] = _json_loads(raw)
-    return {key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()}
+    """Stored JSON keeps a tag field as a list; the contract hands it back as a tuple (msgspec makes the
+    tuples while it decodes: a third of a record's decoding was a second pass doing it)."""
+    try:
+        return _decode_typed_fields(raw)
+    except msgspec.ValidationError:  # a value the contract's types do not name, stored by an older release
+        fields: dict[str, Any] = _json_loads(raw)
+        return {key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()}
 
 
 def decode_record(raw: Mapping[bytes, bytes], body: bytes | None, counters: Counters = (None, None)) -> Record:
@@ -65,6 +72,35 @@ def decode_record(raw: Mapping[bytes, bytes], body: bytes | None, counters: Coun
         timestamp=float(raw[b"ts"]),
         expires_at=None if expires >= NONE_EXPIRY else expires,
         fields=decode_fields(raw[b"fields"]),
+        access_count=int(count) if count is not None else 0,
+        last_accessed=float(last) if last is not None else None,
+    )
+
+
+HASH_FIELDS: Final = ("rid", "scope", "uid", "aid", "sid", "body", "text", "emb", "imp", "ts", "exp", "fields")
+"""The hash fields a read asks for by name (``HMGET``), in the order ``decode_listed`` reads them: not the
+indexed copies (scope tags and numbers, filter tags, the text's tokens), which are a read's larger half."""
+
+
+def decode_listed(values: Sequence[bytes | None], body: bytes | None, counters: Counters = (None, None)) -> Record:
+    """``decode_record`` for the values of ``HASH_FIELDS`` in order (``values[0]``, the id, is not None)."""
+    rid, scope, uid, aid, sid, inline, text, vector, importance, timestamp, expires, fields = values
+    if scope is not None:
+        user_id, agent_id, session_id = _json_loads(scope)
+    else:  # written before the scope field (one field per id, absent when None)
+        user_id, agent_id, session_id = (None if v is None else v.decode() for v in (uid, aid, sid))
+    expires_at = float(expires)  # type: ignore[arg-type]  # always written
+    count, last = counters
+    return Record(
+        id=rid.decode(),  # type: ignore[union-attr]  # the caller skips absent records
+        scope=Scope(user_id=user_id, agent_id=agent_id, session_id=session_id),
+        body=(inline or b"") if body is None else body,
+        text=text.decode() or None if text is not None else None,
+        vector=None if vector is None else np.frombuffer(vector, dtype=np.float32).copy(),
+        importance=float(importance),  # type: ignore[arg-type]
+        timestamp=float(timestamp),  # type: ignore[arg-type]
+        expires_at=None if expires_at >= NONE_EXPIRY else expires_at,
+        fields=decode_fields(fields),  # type: ignore[arg-type]
         access_count=int(count) if count is not None else 0,
         last_accessed=float(last) if last is not None else None,
     )
