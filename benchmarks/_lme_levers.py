@@ -22,7 +22,8 @@ def lever_variants(base: LongTermConfig) -> dict[str, dict[str, Any]]:
         found["no passages (one key per turn)"] = {"passage_words": _NO_PASSAGES}
     for name, field, values in (("session boost", "session_weight", (0.1, 0.25)),
                                 ("time boost", "time_weight", (0.1, 0.2)),
-                                ("speaker boost", "speaker_weight", (0.05, 0.1))):  # fmt: skip
+                                ("speaker boost", "speaker_weight", (0.05, 0.1)),
+                                ("turn-before share", "neighbour_before", (0.5, 0.75, 1.0))):  # fmt: skip
         current = getattr(base, field)
         if current:
             found[f"no {name}"] = {field: 0.0}

@@ -191,6 +191,25 @@ async def test_speaker_weight_lifts_turns_of_the_speaker_the_query_names(store_u
                 assert stored and all(h.speaker == 0 for h in stored)  # only turns have speakers
 
 
+async def test_neighbour_before_scales_the_lift_from_the_turn_before() -> None:
+    """The turn after a strong match takes ``neighbour_before`` of its lift; the turn before takes it whole."""
+    said = ["Chatter about the weather today.", "I adopted a greyhound called Pixel.", "More chatter, nothing else."]
+    for share in (1.0, 0.5):
+        config = LongTermConfig(neighbour_before=share, session_weight=0.0, speaker_weight=0.0, fact_keys=False,
+                                feedback_terms=0)  # fmt: skip
+        async with Memkit("memory://", embedder=HashingEmbedder(64), long_term=config) as mem:
+            await mem.long_term.add_turns([Turn(speaker="Jo", text=t, at=DAY) for t in said], user_id="jo")
+            hits = {h.memory.content: h for h in await mem.long_term.recall("greyhound Pixel", user_id="jo", k=3)}
+            before, after = hits["Jo: " + said[0]], hits["Jo: " + said[2]]
+            assert after.neighbour == pytest.approx(share * before.neighbour) and before.neighbour > 0
+
+
+def test_neighbour_before_must_be_a_share() -> None:
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValidationError, match="neighbour_before"):
+            LongTermConfig(neighbour_before=bad)
+
+
 def test_speaker_weight_must_be_a_non_negative_number() -> None:
     for bad in (-0.1, float("nan")):
         with pytest.raises(ValidationError, match="speaker_weight"):

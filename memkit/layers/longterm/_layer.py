@@ -474,6 +474,7 @@ class LongTermMemory:
             return [(hit, (boost,)) for hit, boost in await rrf_rerank(self.backend, self._collection, query, k)]
         config = self.config
         return await blend_rank(self.backend, self._collection, query, k, neighbour_weight=config.neighbour_weight,
+                                neighbour_before=config.neighbour_before,
                                 session_weight=config.session_weight, time_weight=config.time_weight,
                                 speaker_weight=config.speaker_weight, windows=windows, keys=True,
                                 drop_filler=config.drop_filler, feedback_terms=config.feedback_terms)  # fmt: skip

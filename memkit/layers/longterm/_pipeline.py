@@ -2,8 +2,9 @@
 
     score = fused (its best key's, if higher) + neighbour + session + time + speaker
 
-- neighbour: ``neighbour_weight`` x the best score of the turn just before or after it in its thread (LoCoMo's
-  questions often match the turn before the answer);
+- neighbour: ``neighbour_weight`` x the best score of the turn just after it in its thread, or of the turn just
+  before it times ``neighbour_before`` (LoCoMo's questions often match the turn before the answer, but that
+  turn is also indexed as the answer's context, so its lift counts it twice);
 - session: ``session_weight`` x the best score of any candidate turn of its thread (the session as a unit:
   turns of a session that holds strong evidence rise together);
 - time: ``time_weight`` when the turn was said inside a window of time the query names ("last Saturday",
@@ -66,6 +67,7 @@ async def blend_rank(
     k: int,
     *,
     neighbour_weight: float,
+    neighbour_before: float = 1.0,
     session_weight: float,
     time_weight: float,
     speaker_weight: float = 0.0,
@@ -114,7 +116,8 @@ async def blend_rank(
         boosts = _NONE
         if turn is not None:
             turn = str(turn)
-            neighbour = max((base.get(n, 0.0) for n in _neighbour_keys(turn)), default=0.0)
+            before, after = _neighbour_keys(turn)
+            neighbour = max(neighbour_before * base.get(before, 0.0), base.get(after, 0.0))
             session = best_in_thread.get(turn.rpartition("#")[0], 0.0)
             named = bool(asked) and _names_speaker(asked, speaker_of(hit.record))
             boosts = Boosts(neighbour_weight * neighbour, session_weight * session, 0.0, speaker_weight * named)
