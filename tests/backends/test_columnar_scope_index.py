@@ -67,8 +67,8 @@ def test_a_scopes_rows_are_its_live_rows(ops: list[tuple[str, int, str | None, s
 @settings(max_examples=100, deadline=None)
 @given(ops=st.lists(st.tuples(st.booleans(), st.sampled_from(["k1", "k2"]), st.integers(0, 20)), max_size=80))
 def test_the_field_index_holds_what_a_dict_of_sets_would(ops: list[tuple[bool, str, int]]) -> None:
-    """One-row keys keep a bare row number and small ones a tuple (no set for the cycle collector to walk); the
-    rows are the same."""
+    """One-row keys keep a bare row number (no set for the cycle collector to walk); the rows are the same,
+    whether added key by key or as a record's fields."""
     index, want = FieldIndex(), dict[tuple[str, str, bool], set[int]]()
     for adding, name, row in ops:
         key = (name, "v", False)

@@ -169,21 +169,15 @@ class ScopeInterner:
 
 _SORTED_CACHE_MIN = 256
 """Keys with fewer rows sort in a few microseconds: not worth keeping."""
-_TUPLE_MAX = 8
-"""Rows a key keeps in a tuple before a set: see ``FieldIndex``."""
-
-Held = int | tuple[int, ...] | set[int]
 
 
 class FieldIndex:
-    """Field keys -> the rows holding them: a bare row number for one row (every dedupe key, nearly), a
-    tuple for up to ``_TUPLE_MAX``, a set beyond. Sets are tracked by Python's cycle collector (tuples of
-    ints are untracked once it has seen them), and each full collection walks every tracked object: at 100k
-    memories 100k one-row sets made collections 12% of an ingest, up to 274 ms each; a 60k-item graph held
-    43k sets of two to eight rows (nodes' edge keys), as tuples 0.2 KB less each and not walked."""
+    """Field keys -> the rows holding them. A key held by one row (every dedupe key, nearly) keeps the bare
+    row number, not a set: sets are tracked by Python's cycle collector, and at 100k memories 100k one-row
+    sets made each full collection walk them (collections took 12% of an ingest, up to 274 ms each)."""
 
     def __init__(self) -> None:
-        self._rows: dict[FieldKey, Held] = {}
+        self._rows: dict[FieldKey, int | set[int]] = {}
         self._sorted: dict[FieldKey, npt.NDArray[np.int64]] = {}
         """``sorted_rows`` of big keys, until a row of theirs changes."""
 
@@ -192,32 +186,38 @@ class FieldIndex:
         return iter(self._rows)
 
     def add_fields(self, row: int, fields: Mapping[str, FieldValue | tuple[str, ...]]) -> None:
-        """``add`` for every key of a record's fields."""
-        self._add_keys(row, [key for name, value in fields.items() for key in (
-            [(name, tag, False) for tag in value] if isinstance(value, tuple)
-            else [(name, value, isinstance(value, bool))])])  # fmt: skip  # as field_keys
+        """``add`` for every key of a record's fields, inlined: a graph edge has nine keys, and a call per
+        key was a tenth of a batched graph upsert."""
+        held_by, cached = self._rows, self._sorted
+        for name, value in fields.items():
+            keys = (
+                [(name, tag, False) for tag in value]
+                if isinstance(value, tuple)
+                else [(name, value, isinstance(value, bool))]
+            )  # as field_keys
+            for key in keys:
+                held = held_by.get(key)
+                if held is None:
+                    held_by[key] = row
+                elif isinstance(held, int):
+                    if held != row:
+                        held_by[key] = {held, row}
+                else:
+                    held.add(row)
+                    if cached:
+                        cached.pop(key, None)
 
     def add(self, key: FieldKey, row: int) -> None:
-        self._add_keys(row, (key,))
-
-    def _add_keys(self, row: int, keys: Iterable[FieldKey]) -> None:
-        """Inlined for all of a record's keys at once: a graph edge has nine, and a call per key was a tenth
-        of a batched graph upsert."""
-        held_by, cached = self._rows, self._sorted
-        for key in keys:
-            held = held_by.get(key)
-            if held is None:
-                held_by[key] = row
-            elif isinstance(held, int):
-                if held != row:
-                    held_by[key] = (held, row)
-            elif isinstance(held, tuple):
-                if row not in held:
-                    held_by[key] = (*held, row) if len(held) < _TUPLE_MAX else {*held, row}
-            else:
-                held.add(row)
-                if cached:
-                    cached.pop(key, None)
+        held = self._rows.get(key)
+        if held is None:
+            self._rows[key] = row
+        elif isinstance(held, int):
+            if held != row:
+                self._rows[key] = {held, row}
+        else:
+            held.add(row)
+            if self._sorted:
+                self._sorted.pop(key, None)
 
     def discard(self, key: FieldKey, row: int) -> None:
         held = self._rows.get(key)
@@ -226,11 +226,6 @@ class FieldIndex:
         if isinstance(held, int):
             if held == row:
                 del self._rows[key]
-            return
-        if isinstance(held, tuple):
-            if row in held:
-                rest = tuple(r for r in held if r != row)
-                self._rows[key] = rest[0] if len(rest) == 1 else rest
             return
         held.discard(row)
         if self._sorted:
