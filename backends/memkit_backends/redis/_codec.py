@@ -57,33 +57,20 @@ def decode_fields(raw: bytes) -> Fields:
 
 
 def decode_record(raw: Mapping[bytes, bytes], body: bytes | None, counters: Counters = (None, None)) -> Record:
-    """A record from its hash, its body key (None: written before bodies had a key of their own) and its
-    counters (absent until the first touch)."""
-    vector = raw.get(b"emb")
-    expires = float(raw[b"exp"])
-    count, last = counters
-    return Record(
-        id=raw[b"rid"].decode(),
-        scope=scope_from_hash(raw),
-        body=raw.get(b"body", b"") if body is None else body,
-        text=raw[b"text"].decode() or None if b"text" in raw else None,
-        vector=None if vector is None else np.frombuffer(vector, dtype=np.float32).copy(),
-        importance=float(raw[b"imp"]),
-        timestamp=float(raw[b"ts"]),
-        expires_at=None if expires >= NONE_EXPIRY else expires,
-        fields=decode_fields(raw[b"fields"]),
-        access_count=int(count) if count is not None else 0,
-        last_accessed=float(last) if last is not None else None,
-    )
+    """A record from its whole hash (``HGETALL``), its body key (None: written before bodies had a key of
+    their own) and its counters (absent until the first touch)."""
+    return decode_listed([raw.get(field) for field in _HASH_KEYS], body, counters)
 
 
 HASH_FIELDS: Final = ("rid", "scope", "uid", "aid", "sid", "body", "text", "emb", "imp", "ts", "exp", "fields")
 """The hash fields a read asks for by name (``HMGET``), in the order ``decode_listed`` reads them: not the
 indexed copies (scope tags and numbers, filter tags, the text's tokens), which are a read's larger half."""
+_HASH_KEYS: Final = tuple(field.encode() for field in HASH_FIELDS)
 
 
 def decode_listed(values: Sequence[bytes | None], body: bytes | None, counters: Counters = (None, None)) -> Record:
-    """``decode_record`` for the values of ``HASH_FIELDS`` in order (``values[0]``, the id, is not None)."""
+    """A record from the values of ``HASH_FIELDS`` in order (``values[0]``, the id, is not None), its body key
+    (None: written before bodies had a key of their own) and its counters (absent until the first touch)."""
     rid, scope, uid, aid, sid, inline, text, vector, importance, timestamp, expires, fields = values
     if scope is not None:
         user_id, agent_id, session_id = _json_loads(scope)
