@@ -16,7 +16,7 @@ async def gather_bounded(calls: Sequence[Callable[[], Awaitable[T]]], limit: int
     """Each call's result, in order, with at most ``limit`` running at once. The first exception is raised as
     it is (a task group would wrap it in an ExceptionGroup, which ``except SomeError:`` around a memkit call
     never catches) and the calls still running are cancelled."""
-    if len(calls) <= 1:
+    if len(calls) <= 1 or limit <= 1:  # one at a time needs no tasks
         return [await call() for call in calls]
     results: list[T | None] = [None] * len(calls)
     failures: list[Exception] = []

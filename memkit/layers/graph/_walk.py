@@ -119,7 +119,8 @@ async def _hop(
     ahead = list(dict.fromkeys(e.node for entries, _ in plans.values() for e in entries if e.node not in records))
     reads = [functools.partial(store.get, config.edges_collection, wanted, scope),
              functools.partial(store.get, config.nodes_collection, ahead[: max(0, room)], scope)]  # fmt: skip
-    got_edges, got_nodes = await gather_bounded(reads, 2) if wanted else ([], [])
+    side_by_side = 1 if store.capabilities.cheap_scans else 2
+    got_edges, got_nodes = await gather_bounded(reads, side_by_side) if wanted else ([], [])
     edges = {r.id: r for r in got_edges}
     records.update((r.id, r) for r in got_nodes)
     found: dict[str, Found] = {}
@@ -130,7 +131,8 @@ async def _hop(
     scans = [node for node in frontier if node not in found]
     calls = [functools.partial(_edges_of, store, config, scope=scope, node=node, limits=limits, now=now,
                                budget=budget) for node in scans]  # fmt: skip
-    found.update(zip(scans, await gather_bounded(calls, _SCANS_AT_ONCE), strict=True))
+    at_once = 1 if store.capabilities.cheap_scans else _SCANS_AT_ONCE  # in process: nothing to overlap
+    found.update(zip(scans, await gather_bounded(calls, at_once), strict=True))
     return found
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
+
+import msgspec
 
 from memkit._concurrency import gather_bounded
 from memkit.backend import FilterValue, Record, RecordStore, Scope
@@ -49,6 +51,21 @@ _ALIAS_PAGE: Final = 1_000
 
 Build = Callable[[Record | None], Record | None]
 T = TypeVar("T")
+
+
+class _Build(msgspec.Struct, frozen=True, gc=False):
+    """``make(writer, target, *args, current)``: one record's build, a ``Build``. Not ``functools.partial``:
+    a batch makes one per record, alive until it ends, and every partial (with the tuple holding it) was
+    promoted to the oldest generation, where full collections were a fifth of a batched upsert; a ``gc=False``
+    struct is never tracked (what it holds cannot reach it back: no cycle)."""
+
+    make: Callable[..., Record | None]
+    writer: GraphWriter
+    target: str
+    args: tuple[Any, ...]
+
+    def __call__(self, current: Record | None) -> Record | None:
+        return self.make(self.writer, self.target, *self.args, current)
 
 
 class GraphWriter:
@@ -103,13 +120,13 @@ class GraphWriter:
         """Merge ``nodes`` (in order) and create the ``endpoints`` (name, type) no node resolves to; returns
         the stored node record of every normalised name involved."""
         resolved = await self.resolve([n.name for n in nodes] + [name for name, _ in endpoints])
-        merges: dict[str, list[Node]] = {}
+        merges: dict[str, tuple[Node, ...]] = {}  # tuples: untracked by the cycle collector, as _Build says
         target_of: dict[str, str] = {}
         for node in nodes:
             norm = normal_name(node.name)
             target = resolved[norm].id if norm in resolved else node_id(self.owner, norm)
             target_of[norm] = target
-            merges.setdefault(target, []).append(node)
+            merges[target] = (*merges.get(target, ()), node)
         existing: dict[str, Record] = {}
         for name, kind in endpoints:
             norm = normal_name(name)
@@ -119,13 +136,14 @@ class GraphWriter:
                 existing[norm] = resolved[norm]
                 continue
             target_of[norm] = target = node_id(self.owner, norm)
-            merges.setdefault(target, []).append(Node(name=name, type=kind))
-        builds = [(target, functools.partial(self._build_node, target, given)) for target, given in merges.items()]
+            merges[target] = (*merges.get(target, ()), Node(name=name, type=kind))
+        make = GraphWriter._build_node
+        builds = [(target, _Build(make, self, target, (given,))) for target, given in merges.items()]
         known = {r.id: r for r in resolved.values()}
         stored = await self._merge_all(self.config.nodes_collection, builds, known)
         return {**existing, **{norm: stored[target] for norm, target in target_of.items()}}
 
-    def _build_node(self, target: str, given: list[Node], current: Record | None) -> Record | None:
+    def _build_node(self, target: str, given: tuple[Node, ...], current: Record | None) -> Record | None:
         if current is None:
             body = new_node(given[0], self.now, indexed=self.cap > 0)
             rest = given[1:]
@@ -144,7 +162,7 @@ class GraphWriter:
 
         The endpoints' lists of newest edges (``_adjacency``) are written before the edges they name, and
         again after any edge a concurrent writer made this one write with a later stamp."""
-        merges: dict[str, list[Edge]] = {}
+        merges: dict[str, tuple[Edge, ...]] = {}
         ends_of: dict[str, tuple[str, str, str, str]] = {}
         order = []
         names = {record.id: self.body_of(record, decode_node).name for record in nodes.values()}
@@ -152,9 +170,10 @@ class GraphWriter:
             src, dst = nodes[normal_name(edge.source)], nodes[normal_name(edge.target)]
             target = edge_id(self.owner, src.id, edge.relation, dst.id)
             ends_of[target] = (src.id, names[src.id], dst.id, names[dst.id])
-            merges.setdefault(target, []).append(edge)
+            merges[target] = (*merges.get(target, ()), edge)
             order.append(target)
-        builds = [(t, functools.partial(self._build_edge, t, ends_of[t], given)) for t, given in merges.items()]
+        make = GraphWriter._build_edge
+        builds = [(t, _Build(make, self, t, (ends_of[t], given))) for t, given in merges.items()]
         collection = self.config.edges_collection
         known = {r.id: r for r in await self.store.get(collection, list(merges), self.scope)}
         pairs, stored = self._plan(builds, known)
@@ -178,7 +197,7 @@ class GraphWriter:
         """Apply ``changes`` to the nodes' lists of newest edges, each node by compare-and-set."""
         if not changes or not self.cap:
             return
-        builds = [(node, functools.partial(self._build_list, node, change)) for node, change in changes.items()]
+        builds = [(node, _Build(GraphWriter._build_list, self, node, (change,))) for node, change in changes.items()]
         known = None if nodes is None else {n: nodes[n] for n in changes if n in nodes}
         if known is not None and len(known) < len(changes):
             known = None  # an endpoint the caller did not pass: read them all
@@ -196,7 +215,7 @@ class GraphWriter:
     def _is_functional(self, edge: Edge) -> bool:
         return edge.functional if edge.functional is not None else edge.relation in self.functional
 
-    def _build_edge(self, target: str, ends: tuple[str, str, str, str], given: list[Edge],
+    def _build_edge(self, target: str, ends: tuple[str, str, str, str], given: tuple[Edge, ...],
                     current: Record | None) -> Record | None:  # fmt: skip
         if current is None:
             body = new_edge(ends, given[0], self.now, self.config.max_provenance)
@@ -236,12 +255,12 @@ class GraphWriter:
                     continue
                 later = [s for other, b in edges if other != rid for s, _ in b.history if s > start]
                 if later:
-                    builds.append((rid, functools.partial(self._build_end, min(later))))
+                    builds.append((rid, _Build(GraphWriter._build_end, self, rid, (min(later),))))
         ended = await self._merge_all(self.config.edges_collection, builds, None)
         await self.index(list(ended.values()), None)
         return {rid: self.body_of(r, decode_edge) for rid, r in ended.items()}
 
-    def _build_end(self, at: float, current: Record | None) -> Record | None:
+    def _build_end(self, target: str, at: float, current: Record | None) -> Record | None:
         if current is None:
             return None  # deleted meanwhile: nothing to end
         stored = decode_edge(current)
