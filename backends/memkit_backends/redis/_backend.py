@@ -99,7 +99,7 @@ for i = 7 + n, #ARGV do
 end
 return out
 """
-_GET_ARGS: Final = [*COUNTER_FIELDS, len(HASH_FIELDS), *HASH_FIELDS]
+_GET_ARGS: Final[list[str | int]] = [*COUNTER_FIELDS, len(HASH_FIELDS), *HASH_FIELDS]
 _TOUCH: Final = """
 local at = tonumber(ARGV[1])
 for i = 1, #KEYS, 2 do
