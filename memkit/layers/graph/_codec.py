@@ -296,8 +296,15 @@ def decode_edge(record: Record) -> EdgeBody:
         raise CorruptDataError(f"graph edge {record.id!r} is not an edge memkit wrote ({exc})") from exc
 
 
+@functools.lru_cache(maxsize=16_384)
+def _intervals(history: tuple[tuple[float, float | None], ...]) -> tuple[Interval, ...]:
+    """Intervals are immutable and a batch's edges share their histories (one moment): made once each (a
+    tenth of a 2-hop walk on memory:// was making them)."""
+    return tuple(Interval(from_epoch(s), None if e is None else from_epoch(e)) for s, e in history)
+
+
 def to_edge(record_id: str, body: EdgeBody) -> Edge:
-    history = [Interval(from_epoch(s), None if e is None else from_epoch(e)) for s, e in body.history]
+    history = list(_intervals(body.history))
     latest = history[-1] if history else None
     return Edge(source=body.src_name, relation=body.rel, target=body.dst_name, attributes=body.attributes,
                 valid_from=latest.valid_from if latest else None, valid_to=latest.valid_to if latest else None,
