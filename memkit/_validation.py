@@ -51,6 +51,8 @@ def check_content(content: object, max_chars: int, what: str = "content") -> str
 
 
 def _encodable(text: str) -> bool:
+    if text.isascii():  # most text, checked without encoding a copy
+        return True
     try:
         text.encode()
     except UnicodeEncodeError:

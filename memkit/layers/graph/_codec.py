@@ -135,6 +135,7 @@ def owner_key(scope: Scope) -> str:
     return key_of(scope.user_id, scope.agent_id)
 
 
+@functools.lru_cache(maxsize=65_536)  # every edge of a batch resolves its two ends by id: a digest each
 def node_id(owner: str, normal: str) -> str:
     return digest_of("node", owner, normal)
 
