@@ -14,6 +14,8 @@ so some people are hubs; 8,000 "likes" of topics), the same on every backend. Fo
 - ``graph_lost_updates``: 16 concurrent writers each merge 25 attributes into one node and one edge
   (one upsert per attribute); attributes missing afterwards (must be 0).
 - ``episodes_find_p50_ms``: episodic ``find_similar`` (k=5) over 10,000 episodes of 100 users.
+- ``machine``: ``python_probe_ms`` before and after the run (a fixed piece of pure Python, best of 5): this
+  machine's speed moves between runs, so compare figures of two runs through it.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ._episodes import episodes_find_p50_ms
-from ._report import print_table, write_json
+from ._report import print_table, python_probe_ms, write_json
 from ._servers import backend_urls
 
 PEOPLE, COMPANIES, CITIES, TOPICS = 8_000, 1_000, 500, 500
@@ -162,16 +164,21 @@ async def amain(args: argparse.Namespace) -> None:
     nodes, edges = generated_graph(scale=args.scale)
     rows = []
     steps = len(range(0, len(nodes), BATCH)) + len(range(0, len(edges), BATCH)) + 4
+    probe = {"python_probe_ms_start": python_probe_ms()}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         urls = backend_urls(wanted, stack, Path(tmp), name="graph", redis_modules=True)
         with tqdm(total=steps * len(wanted), desc="graph benchmark", unit="step") as progress:
             for name in wanted:
                 rows.append({"backend": name, **await bench_backend(urls[name], nodes, edges, args.episodes, progress)})
-    print(f"graph: {len(nodes):,} nodes, {len(edges):,} edges")
+    probe["python_probe_ms_end"] = python_probe_ms()
+    print(
+        f"graph: {len(nodes):,} nodes, {len(edges):,} edges; machine: a fixed piece of Python took "
+        f"{probe['python_probe_ms_start']:.1f} ms before the run and {probe['python_probe_ms_end']:.1f} ms after"
+    )
     print_table(rows, ["backend", "graph_upsert_per_s", "graph_upsert_one_per_s", "graph_2hop_p50_ms",
                        "graph_2hop_p95_ms", "graph_2hop_nodes_mean", "graph_lost_updates",
                        "episodes_find_p50_ms"])  # fmt: skip
-    write_json(args.json_path, {"nodes": len(nodes), "edges": len(edges), "backends": rows})
+    write_json(args.json_path, {"nodes": len(nodes), "edges": len(edges), "machine": probe, "backends": rows})
     if args.plot:
         plot(args.plot, rows)
 

@@ -68,6 +68,7 @@ def test_graph_benchmark_writes_its_figures(tmp_path: Path) -> None:
     assert figures["nodes"] == 200 and figures["edges"] == 1000
     assert row["graph_lost_updates"] == 0 and row["graph_upsert_per_s"] > 0 and row["graph_2hop_nodes_mean"] > 1
     assert 0 < row["graph_2hop_p50_ms"] <= row["graph_2hop_p95_ms"] and row["episodes_find_p50_ms"] > 0
+    assert figures["machine"]["python_probe_ms_start"] > 0 and figures["machine"]["python_probe_ms_end"] > 0
     assert png.stat().st_size > 10_000
 
 
