@@ -7,7 +7,7 @@ from typing import Any
 
 from memkit import LongTermConfig
 
-__all__ = ["lever_variants"]
+__all__ = ["lever_variants", "selected"]
 
 _NO_PASSAGES = 100_000
 """``passage_words`` so large that no turn is ever split: one key per turn, as before passages."""
@@ -44,3 +44,19 @@ def lever_variants(base: LongTermConfig) -> dict[str, dict[str, Any]]:
         if words != base.context_words:
             found[f"context: last {words} words of the previous turn"] = {"context_words": words}
     return found
+
+
+def selected(variants: dict[str, dict[str, Any]], levers: str | None) -> dict[str, dict[str, Any]]:
+    """The variants a ``--levers`` option names: comma-separated parts of their names, any case (``"feedback,
+    BM25"``); all of them for None. A part that names none stops the run, listing the names: a check of one
+    lever should not silently run nothing (or everything, and the embeddings every variant needs)."""
+    if levers is None:
+        return variants
+    parts = [part.strip().casefold() for part in levers.split(",") if part.strip()]
+    unmatched = [part for part in parts if not any(part in name.casefold() for name in variants)]
+    if unmatched or not parts:
+        names = "\n  ".join(variants)
+        raise SystemExit(
+            f"--levers {levers!r}: {', '.join(unmatched) or 'nothing'} names no variant; the variants:\n  {names}"
+        )
+    return {name: overrides for name, overrides in variants.items() if any(p in name.casefold() for p in parts)}

@@ -33,7 +33,7 @@ from memkit import LongTermConfig, Memkit, Turn, Weights
 from memkit.embedders import CachedEmbedder, Embedder, HashingEmbedder, LocalEmbedder
 
 from ._embed_cache import DiskCachedEmbedder, warm_cache
-from ._lme_levers import lever_variants
+from ._lme_levers import lever_variants, selected
 from ._locomo_data import CATEGORIES, Conversation, load, resolve_path
 from ._report import print_table, write_json
 
@@ -166,15 +166,15 @@ def cached_embedder(name: str, cache_dir: str | None) -> tuple[Embedder, DiskCac
 
 
 async def run_all(
-    conversations: list[Conversation], embedder: Embedder, url: str, compare: bool
+    conversations: list[Conversation], embedder: Embedder, url: str, compare: bool, levers: str | None = None
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     base = LongTermConfig()
     summary = await run_pipeline(conversations, base, embedder, url, "default pipeline")
     rows = [{**summary, "pipeline": "default"}]
     summary["pipeline"] = {"url": url, "embedder": embedder.model_id, **msgspec.to_builtins(base)}
-    if compare:
+    if compare or levers is not None:
         summary["variants"] = []
-        for name, overrides in {**COMPARE, **lever_variants(base)}.items():
+        for name, overrides in selected({**COMPARE, **lever_variants(base)}, levers).items():
             config = msgspec.structs.replace(base, **overrides)
             variant = await run_pipeline(conversations, config, embedder, url, name)
             rows.append({**variant, "pipeline": name})
@@ -187,8 +187,10 @@ async def amain(args: argparse.Namespace) -> None:
     conversations = load(resolve_path(args.data))[: args.limit or None]
     embedder, disk = cached_embedder(args.embedder, args.embed_cache)
     if disk is not None:  # a dry run (in memory) finds the texts, embedded at once longest first
-        await warm_cache(disk, lambda recorder: run_all(conversations, recorder, "memory://", args.compare))
-    summary, rows = await run_all(conversations, embedder, args.url, args.compare)
+        await warm_cache(
+            disk, lambda recorder: run_all(conversations, recorder, "memory://", args.compare, args.levers)
+        )
+    summary, rows = await run_all(conversations, embedder, args.url, args.compare, args.levers)
     print_table(rows, ["pipeline", "recall@5", "recall@10", "recall@25", "ingest_s", "recall_p50_ms", "recall_p95_ms"])
     print_table([{"category": c, **v} for c, v in summary["by_category"].items()],
                 ["category", "n", "recall@5", "recall@10", "recall@25"])  # fmt: skip
@@ -209,6 +211,11 @@ def main() -> None:
     parser.add_argument("--embed-cache", help="directory of a persistent embedding cache (re-runs skip the model)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N conversations")
     parser.add_argument("--compare", action="store_true", help="also run the comparison pipelines")
+    parser.add_argument(
+        "--levers",
+        help="only the comparison pipelines whose names contain one of these "
+        "comma-separated parts (e.g. 'speaker,recency')",
+    )
     anyio.run(amain, parser.parse_args())
 
 

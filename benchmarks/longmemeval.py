@@ -1,7 +1,7 @@
 """Turn and session recall on LongMemEval through memkit's public long-term memory API.
 
     python -m benchmarks.longmemeval --data longmemeval_s_dev.json.gz --json out/lme.json [--plot out/lme.png]
-        [--compare] [--limit N] [--embed-cache DIR]
+        [--compare | --levers NAMES] [--limit N] [--embed-cache DIR]
 
 For each question: a fresh store scoped to it (user_id = the question id), its sessions' user turns added in
 session order (``add_turns``, one thread per session, the session's date as ``at``, metadata carrying the
@@ -33,6 +33,7 @@ from memkit.embedders import Embedder
 
 from ._embed_cache import warm_cache
 from ._lme_data import Item, load, resolve_path
+from ._lme_levers import selected
 from ._report import print_table, write_json
 from .locomo import cached_embedder
 
@@ -161,14 +162,16 @@ COLUMNS = ["pipeline", "turn_all@5", "turn_all@10", "turn_all@50", "turn_any@5",
            "session_all@10", "session_any@5", "recall_p50_ms", "recall_p95_ms", "ingest_turns_per_s"]  # fmt: skip
 
 
-async def run_all(items: list[Item], embedder: Embedder, compare: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+async def run_all(
+    items: list[Item], embedder: Embedder, compare: bool, levers: str | None = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     base = LongTermConfig()
     summary = await run_pipeline(items, base, embedder, "default pipeline")
     rows = [{**summary, "pipeline": "default"}]
     summary["pipeline"] = {"embedder": embedder.model_id, **msgspec.to_builtins(base)}
-    if compare:
+    if compare or levers is not None:
         summary["variants"] = []
-        for name, overrides in variants(base).items():
+        for name, overrides in selected(variants(base), levers).items():
             config = msgspec.structs.replace(base, **overrides)
             variant = await run_pipeline(items, config, embedder, name)
             rows.append({**variant, "pipeline": name})
@@ -181,8 +184,8 @@ async def amain(args: argparse.Namespace) -> None:
     items = load(resolve_path(args.data))[: args.limit or None]
     embedder, disk = cached_embedder(args.embedder, args.embed_cache)
     if disk is not None:  # a dry run finds the texts, embedded at once longest first; the real run reads them
-        await warm_cache(disk, lambda recorder: run_all(items, recorder, args.compare))
-    summary, rows = await run_all(items, embedder, args.compare)
+        await warm_cache(disk, lambda recorder: run_all(items, recorder, args.compare, args.levers))
+    summary, rows = await run_all(items, embedder, args.compare, args.levers)
     print_table(rows, COLUMNS)
     print_table([{"type": t, **v} for t, v in summary["by_type"].items()],
                 ["type", "n", "n_turn", "turn_all@5", "turn_all@10", "turn_any@10", "session_all@5",
@@ -204,6 +207,11 @@ def main() -> None:
     parser.add_argument("--embed-cache", help="directory of a persistent embedding cache (re-runs skip the model)")
     parser.add_argument("--limit", type=int, default=0, help="only the first N questions")
     parser.add_argument("--compare", action="store_true", help="also run the ablations")
+    parser.add_argument(
+        "--levers",
+        help="only the ablations whose names contain one of these comma-separated "
+        "parts (e.g. 'feedback,BM25'): a cheap check of one lever",
+    )
     anyio.run(amain, parser.parse_args())
 
 

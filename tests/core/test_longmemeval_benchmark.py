@@ -83,3 +83,16 @@ def test_longmemeval_benchmark_json(tmp_path: Path) -> None:
     assert png.stat().st_size > 5_000 and (cache / "embeddings.sqlite").stat().st_size > 0
     subprocess.run(command, check=True, capture_output=True, timeout=600)  # again, from the disk cache
     assert json.loads(out.read_text())["turn_all@10"] == summary["turn_all@10"]
+
+
+def test_levers_runs_only_the_named_ablations(tmp_path: Path) -> None:
+    data = tmp_path / "tiny.json.gz"
+    tiny_file(data)
+    out = tmp_path / "lme.json"
+    command = [sys.executable, "-m", "benchmarks.longmemeval", "--data", str(data), "--json", str(out),
+               "--embedder", "hashing"]  # fmt: skip
+    subprocess.run([*command, "--levers", "FEEDBACK,bm25"], check=True, capture_output=True, timeout=600)
+    names = {v["name"] for v in json.loads(out.read_text())["variants"]}
+    assert names and all("feedback" in n or "BM25" in n for n in names) and "BM25 only" in names
+    refused = subprocess.run([*command, "--levers", "no such lever"], capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "names no variant" in refused.stderr and "dense only" in refused.stderr
