@@ -120,13 +120,13 @@ class GraphWriter:
         """Merge ``nodes`` (in order) and create the ``endpoints`` (name, type) no node resolves to; returns
         the stored node record of every normalised name involved."""
         resolved = await self.resolve([n.name for n in nodes] + [name for name, _ in endpoints])
-        merges: dict[str, tuple[Node, ...]] = {}  # tuples: untracked by the cycle collector, as _Build says
+        merges: dict[str, list[Node]] = {}
         target_of: dict[str, str] = {}
         for node in nodes:
             norm = normal_name(node.name)
             target = resolved[norm].id if norm in resolved else node_id(self.owner, norm)
             target_of[norm] = target
-            merges[target] = (*merges.get(target, ()), node)
+            merges.setdefault(target, []).append(node)
         existing: dict[str, Record] = {}
         for name, kind in endpoints:
             norm = normal_name(name)
@@ -136,9 +136,10 @@ class GraphWriter:
                 existing[norm] = resolved[norm]
                 continue
             target_of[norm] = target = node_id(self.owner, norm)
-            merges[target] = (*merges.get(target, ()), Node(name=name, type=kind))
-        make = GraphWriter._build_node
-        builds = [(target, _Build(make, self, target, (given,))) for target, given in merges.items()]
+            merges.setdefault(target, []).append(Node(name=name, type=kind))
+        make = GraphWriter._build_node  # each target's items as a tuple: untracked by the cycle collector
+        builds = [(target, _Build(make, self, target, (tuple(given),))) for target, given in merges.items()]
+        merges.clear()  # the lists go now, not at the end of the call (see _Build)
         known = {r.id: r for r in resolved.values()}
         stored = await self._merge_all(self.config.nodes_collection, builds, known)
         return {**existing, **{norm: stored[target] for norm, target in target_of.items()}}
@@ -162,7 +163,7 @@ class GraphWriter:
 
         The endpoints' lists of newest edges (``_adjacency``) are written before the edges they name, and
         again after any edge a concurrent writer made this one write with a later stamp."""
-        merges: dict[str, tuple[Edge, ...]] = {}
+        merges: dict[str, list[Edge]] = {}
         ends_of: dict[str, tuple[str, str, str, str]] = {}
         order = []
         names = {record.id: self.body_of(record, decode_node).name for record in nodes.values()}
@@ -170,19 +171,20 @@ class GraphWriter:
             src, dst = nodes[normal_name(edge.source)], nodes[normal_name(edge.target)]
             target = edge_id(self.owner, src.id, edge.relation, dst.id)
             ends_of[target] = (src.id, names[src.id], dst.id, names[dst.id])
-            merges[target] = (*merges.get(target, ()), edge)
+            merges.setdefault(target, []).append(edge)
             order.append(target)
         make = GraphWriter._build_edge
-        builds = [(t, _Build(make, self, t, (ends_of[t], given))) for t, given in merges.items()]
+        builds = [(t, _Build(make, self, t, (ends_of[t], tuple(given)))) for t, given in merges.items()]
+        functional = [t for t, given in merges.items() if any(self._is_functional(e) for e in given)]
+        merges.clear()  # the lists go now, not at the end of the call (see _Build)
         collection = self.config.edges_collection
-        known = {r.id: r for r in await self.store.get(collection, list(merges), self.scope)}
+        known = {r.id: r for r in await self.store.get(collection, [t for t, _ in builds], self.scope)}
         pairs, stored = self._plan(builds, known)
         planned = {record.id: record for record, _ in pairs}
         await self.index([*stored.values(), *planned.values()], {r.id: r for r in nodes.values()})
         stored.update(await self._commit(collection, builds, pairs))
         await self.index([r for t, r in stored.items() if t in planned and r is not planned[t]], None)
         bodies = {t: self.body_of(r, decode_edge) for t, r in stored.items()}
-        functional = [t for t, given in merges.items() if any(self._is_functional(e) for e in given)]
         if functional:
             bodies.update(await self._end_replaced([bodies[t] for t in functional]))
         return [(t, bodies[t]) for t in order]
