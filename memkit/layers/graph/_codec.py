@@ -10,6 +10,7 @@ matches ``u``'s records with an agent) and is filtered on by every scan, so grap
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
@@ -141,7 +142,10 @@ def node_id(owner: str, normal: str) -> str:
 
 
 def edge_id(owner: str, src: str, relation: str, dst: str) -> str:
-    return digest_of("edge", owner, src, relation, dst)
+    """``digest_of("edge", owner, src, relation, dst)`` with its key written out (the same id, a test holds
+    them equal): a batch computes one per edge, and the general key's list of parts was 40% of this."""
+    key = f"4:edge|{len(owner)}:{owner}|{len(src)}:{src}|{len(relation)}:{relation}|{len(dst)}:{dst}"
+    return hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
 
 
 # -- nodes ------------------------------------------------------------------------------------------------
@@ -241,6 +245,9 @@ def open_since(body: EdgeBody) -> float | None:
 
 
 def _holds_at(history: Sequence[tuple[float, float | None]], moment: float) -> bool:
+    if len(history) == 1:  # nearly every edge, tested at every hop of a walk: no generator
+        start, end = history[0]
+        return start <= moment and (end is None or moment < end)
     return any(s <= moment and (e is None or moment < e) for s, e in history)
 
 
@@ -250,6 +257,9 @@ def _newest(items: Sequence[str], keep: int) -> tuple[str, ...]:
 
 def is_live(body: EdgeBody, now: float) -> bool:
     """Whether the edge holds at ``now`` or will later: what the ``LIVE`` marks and node adjacency keep."""
+    if len(body.history) == 1:  # nearly every edge: no generator
+        end = body.history[0][1]
+        return end is None or end > now
     return any(e is None or e > now for _, e in body.history)
 
 
