@@ -87,13 +87,13 @@ class Scope(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, gc=Fa
 
 def scope_matches(record_scope: Scope, wanted: Scope) -> bool:
     """True when every id set in ``wanted`` equals the record's."""
-    return all(
-        want is None or want == have
-        for want, have in (
-            (wanted.user_id, record_scope.user_id),
-            (wanted.agent_id, record_scope.agent_id),
-            (wanted.session_id, record_scope.session_id),
-        )
+    if record_scope == wanted:  # the common case, compared in C
+        return True
+    user, agent, session = wanted.user_id, wanted.agent_id, wanted.session_id
+    return (
+        (user is None or user == record_scope.user_id)
+        and (agent is None or agent == record_scope.agent_id)
+        and (session is None or session == record_scope.session_id)
     )
 
 
