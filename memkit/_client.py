@@ -120,7 +120,7 @@ class Memkit:
             raise ValidationError(f"llm must be a memkit.llm.LLM (e.g. OpenAIChat) or None, got {type(llm).__name__}")
         self.llm = llm
         self._episodic = EpisodicMemory(layer_backend["episodic"], self.embedder, episodic, llm=llm)
-        self._graph = KnowledgeGraph(layer_backend["graph"], graph, llm=llm)
+        self._graph = KnowledgeGraph(layer_backend["graph"], graph, llm=llm, embedder=self.embedder)
         self._layers: list[Layer] = [
             self._long_term, self._short_term, self._working, self._episodic, self._graph, self._tool_cache,
             self._checkpoints,

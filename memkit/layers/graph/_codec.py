@@ -177,12 +177,15 @@ def _unique(have: Sequence[str], more: list[str], exclude: str | None = None) ->
     return out
 
 
-def node_record(owner: str, scope: Scope, record_id: str, body: NodeBody, stamp: float) -> Record:
+def node_record(
+    owner: str, scope: Scope, record_id: str, body: NodeBody, stamp: float, *, vector: Any = None
+) -> Record:
     """Field ``names``: for the name and each alias, the id a node of that name would have, so a lookup by
-    alias filters on values only this owner's records hold (see ``owned_scan``)."""
+    alias filters on values only this owner's records hold (see ``owned_scan``). ``vector``: the embedding
+    of the normalised name, where names also resolve by similarity (``GraphConfig.resolve_similarity``)."""
     names = tuple(sorted({node_id(owner, normal_name(n)) for n in (body.name, *body.aliases)}))
     fields: Fields = {OWNER: owner, "names": names}
-    return Record(id=record_id, scope=scope, body=_encode(body), timestamp=stamp, fields=fields)
+    return Record(id=record_id, scope=scope, body=_encode(body), timestamp=stamp, fields=fields, vector=vector)
 
 
 def with_node_body(record: Record, body: NodeBody) -> Record:

@@ -13,8 +13,10 @@ import msgspec
 from memkit._time import now_epoch
 from memkit._validation import MAX_ID_CHARS, check_content, check_int, check_moment, check_text
 from memkit.backend import Backend, Record, Scope
-from memkit.errors import CorruptDataError, NotFoundError, ScopeError, ValidationError
+from memkit.embedders import Embedder
+from memkit.errors import ConfigurationError, CorruptDataError, NotFoundError, ScopeError, ValidationError
 from memkit.layers._cas import KeyedLocks
+from memkit.layers._embedding import claim_collection
 from memkit.layers.graph._adjacency import removals
 from memkit.layers.graph._codec import (
     LIVE,
@@ -92,7 +94,14 @@ class KnowledgeGraph:
     name = "graph"
     needs: frozenset[str] = frozenset({"records", "filtered_scan", "atomic_replace"})
 
-    def __init__(self, backend: Backend, config: GraphConfig | None = None, *, llm: LLM | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        config: GraphConfig | None = None,
+        *,
+        llm: LLM | None = None,
+        embedder: Embedder | None = None,
+    ) -> None:
         if config is not None and not isinstance(config, GraphConfig):
             raise ValidationError(f"config must be a GraphConfig or None, got {type(config).__name__}")
         if llm is not None and not callable(getattr(llm, "structured", None)):
@@ -100,10 +109,18 @@ class KnowledgeGraph:
         self.backend = backend
         self.config = _with_lists_decided(config or GraphConfig(), backend)
         self.llm = llm
+        self.embedder = embedder
+        if self.config.resolve_similarity is not None:
+            if embedder is None:
+                raise ConfigurationError("GraphConfig.resolve_similarity embeds names: pass embedder= (Memkit does)")
+            self.needs = self.needs | {"vector_search"}
         self._locks = KeyedLocks()
 
     async def setup(self) -> None:
-        await self.backend.ensure_collection(self.config.nodes_collection, None)
+        if self.config.resolve_similarity is not None and self.embedder is not None:  # nodes carry name vectors
+            await claim_collection(self.backend, self.embedder, self.config.nodes_collection, "GraphConfig")
+        else:
+            await self.backend.ensure_collection(self.config.nodes_collection, None)
         await self.backend.ensure_collection(self.config.edges_collection, None)
 
     async def aclose(self) -> None:
@@ -111,7 +128,8 @@ class KnowledgeGraph:
 
     def _writer(self, user_id: str | None, agent_id: str | None) -> GraphWriter:
         scope = _owner(user_id, agent_id)
-        return GraphWriter(self.backend, self.config, self._locks, owner=owner_key(scope), scope=scope, now=now_epoch())
+        return GraphWriter(self.backend, self.config, self._locks, owner=owner_key(scope), scope=scope, now=now_epoch(),
+                           embedder=self.embedder)  # fmt: skip
 
     # -- writes -----------------------------------------------------------------------------------------
     async def upsert(
@@ -188,7 +206,8 @@ class KnowledgeGraph:
     async def delete_node(self, name: str, *, user_id: str | None = None, agent_id: str | None = None) -> bool:
         """Delete an entity and every edge to or from it; False when no node resolves from ``name``."""
         writer = self._writer(user_id, agent_id)
-        found = (await writer.resolve([check_name(name, self.config)])).get(normal_name(name))
+        # By name and alias only: a similar name must never delete another entity.
+        found = (await writer.resolve([check_name(name, self.config)], by_meaning=False)).get(normal_name(name))
         if found is None:
             return False
         await self._delete_edges(writer, {"ends": (found.id,)}, keep=found.id)
@@ -200,7 +219,7 @@ class KnowledgeGraph:
         """Delete a relation and its history (to end one instead, state its replacement or pass ``valid_to``)."""
         writer = self._writer(user_id, agent_id)
         ends = (check_name(source, self.config, "source"), check_name(target, self.config, "target"))
-        found = await writer.resolve(ends)
+        found = await writer.resolve(ends, by_meaning=False)
         src, dst = found.get(normal_name(ends[0])), found.get(normal_name(ends[1]))
         if src is None or dst is None:
             return False

@@ -144,6 +144,12 @@ class GraphConfig(msgspec.Struct, frozen=True, kw_only=True):
     walk ``as_of`` the past, reads by scan). 0 keeps none: every hop scans, and edge writes leave nodes be.
     None: 64, or 0 where the backend's scans cost what a read by id does (``Capabilities.cheap_scans``,
     memory://), since there the lists only cost writes (walks as fast without them, upserts 1.3x faster)."""
+    resolve_similarity: float | None = None
+    """Also resolve a name that no node has (as name or alias) to the owner's node whose name embeds most like
+    it, when their cosine similarity is at least this (e.g. 0.85: "Dr. Ada Lovelace" -> "Ada Lovelace",
+    "NYC" -> "New York" with the local model, but also "York" -> "New York"). None (the default): names and
+    aliases only. Needs the client's embedder and a backend with vector search; nodes written while it was
+    None have no name vector and are found by name and alias only."""
     max_name_chars: int = 200
     max_aliases: int = 50
     max_provenance: int = 20
@@ -181,6 +187,10 @@ def _check_config(config: GraphConfig) -> None:
                              ("max_aliases", 0, 1_000), ("max_provenance", 0, 1_000), ("max_batch", 1, 1_000_000),
                              ("extract_max_tokens", 1, 100_000)):  # fmt: skip
         require(integer(getattr(config, field), low, high), f"{field} must be an integer in {low}..{high:,}")
+    similarity = config.resolve_similarity
+    require(similarity is None or (isinstance(similarity, int | float) and not isinstance(similarity, bool)
+                                   and math.isfinite(similarity) and 0 < similarity <= 1),
+            "resolve_similarity must be None or a cosine similarity in (0, 1]")  # fmt: skip
     timeout = config.llm_timeout_s
     require(isinstance(timeout, int | float) and not isinstance(timeout, bool) and math.isfinite(timeout)
             and 0 < timeout <= 3_600, "llm_timeout_s must be a number of seconds in (0, 3600]")  # fmt: skip

@@ -17,10 +17,13 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from memkit._concurrency import gather_bounded
-from memkit.backend import FilterValue, Record, RecordStore, Scope
+from memkit.backend import FilterValue, Query, Record, RecordStore, Scope, Weights
+from memkit.embedders import Embedder
 from memkit.layers._cas import KeyedLocks, merge_record
+from memkit.layers._embedding import embed_texts
 from memkit.layers.graph._adjacency import Changes, changes_for, with_changes
 from memkit.layers.graph._codec import (
+    OWNER,
     Adjacent,
     EdgeBody,
     NodeBody,
@@ -48,6 +51,7 @@ __all__ = ["GraphWriter"]
 _WRITES_AT_ONCE: Final = 16
 """Records of one batch written side by side (a server backend overlaps the round trips)."""
 _ALIAS_PAGE: Final = 1_000
+_SIMILARITY_ONLY: Final = Weights(similarity=1.0, lexical=0.0, recency=0.0, importance=0.0)
 
 Build = Callable[[Record | None], Record | None]
 T = TypeVar("T")
@@ -72,9 +76,21 @@ class GraphWriter:
     """The writes of one graph (one owner) in one call."""
 
     def __init__(
-        self, store: RecordStore, config: GraphConfig, locks: KeyedLocks, *, owner: str, scope: Scope, now: float
+        self,
+        store: RecordStore,
+        config: GraphConfig,
+        locks: KeyedLocks,
+        *,
+        owner: str,
+        scope: Scope,
+        now: float,
+        embedder: Embedder | None = None,
     ) -> None:
         self.store, self.config, self.locks, self.owner, self.scope, self.now = store, config, locks, owner, scope, now
+        self.embedder = embedder if config.resolve_similarity is not None else None
+        """Set where names also resolve by similarity: new nodes then carry their name's vector."""
+        self._name_vectors: dict[str, Any] = {}
+        """The vector of each normalised name that resolved by nothing else (what a new node of it carries)."""
         self.functional = frozenset(normal_relation(r) for r in config.functional)
         self.cap = config.adjacency_cap or 0
         """Entries in each node's list of newest edges (the layer decided a number; 0: no lists)."""
@@ -97,9 +113,10 @@ class GraphWriter:
         return self.now + next(self._written) * 1e-6
 
     # -- resolution -------------------------------------------------------------------------------------
-    async def resolve(self, names: Iterable[str]) -> dict[str, Record]:
+    async def resolve(self, names: Iterable[str], *, by_meaning: bool = True) -> dict[str, Record]:
         """The stored node each normalised name resolves to: the node of that name, else the most recently
-        updated node with it as an alias. Names that resolve to nothing are absent from the result."""
+        updated node with it as an alias, else (``by_meaning``, where configured) the node whose name is
+        most similar. Names that resolve to nothing are absent from the result."""
         norms = list(dict.fromkeys(normal_name(n) for n in names))
         by_id = {node_id(self.owner, n): n for n in norms}
         found = {by_id[r.id]: r for r in await self.store.get(self.config.nodes_collection, list(by_id), self.scope)}
@@ -111,6 +128,23 @@ class GraphWriter:
                 for key in record.fields.get("names", ()):  # type: ignore[union-attr]  # a tuple we wrote
                     if key in missing and missing[key] not in found:
                         found[missing[key]] = record
+        if by_meaning and self.embedder is not None and (unknown := [n for n in norms if n not in found]):
+            found.update(await self._resolve_by_meaning(unknown, self.embedder))
+        return found
+
+    async def _resolve_by_meaning(self, norms: list[str], embedder: Embedder) -> dict[str, Record]:
+        """The owner's node whose name vector is nearest each name's, where similar enough; every name's
+        vector is kept for the node it may become. One embedding call, one query per name."""
+        threshold = float(self.config.resolve_similarity or 1.0)
+        vectors = await embed_texts(embedder, norms)
+        found: dict[str, Record] = {}
+        for norm, vector in zip(norms, vectors, strict=True):
+            self._name_vectors[norm] = vector
+            ask = Query(scope=self.scope, vector=vector, k=1, weights=_SIMILARITY_ONLY, filters={OWNER: self.owner},
+                        now=self.now, min_score=threshold)  # fmt: skip
+            hits = await self.store.query(self.config.nodes_collection, ask)
+            if hits and hits[0].scores.similarity >= threshold and hits[0].record.scope == self.scope:
+                found[norm] = hits[0].record
         return found
 
     # -- nodes ------------------------------------------------------------------------------------------
@@ -148,14 +182,16 @@ class GraphWriter:
         if current is None:
             body = new_node(given[0], self.now, indexed=self.cap > 0)
             rest = given[1:]
+            vector = self._name_vectors.get(normal_name(given[0].name)) if self.embedder is not None else None
         else:
             body = stored = decode_node(current)
             rest = given
+            vector = current.vector
         for node in rest:
             body = merge_node(body, node, self.now, self.config.max_aliases)
         if current is not None and body is stored:
             return None
-        return self._made(node_record(self.owner, self.scope, target, body, self._stamp()), body)
+        return self._made(node_record(self.owner, self.scope, target, body, self._stamp(), vector=vector), body)
 
     # -- edges ------------------------------------------------------------------------------------------
     async def write_edges(self, edges: Sequence[Edge], nodes: dict[str, Record]) -> list[tuple[str, EdgeBody]]:
