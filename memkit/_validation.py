@@ -6,10 +6,12 @@ import math
 import operator
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from enum import Enum
+from typing import Any, TypeGuard
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit.backend import FilterValue, Scope, check_filters
 from memkit.errors import ContentError, ImportanceError, ScopeError, ValidationError
 
@@ -37,7 +39,7 @@ _json_encode = msgspec.json.encode
 
 
 def check_content(content: object, max_chars: int, what: str = "content") -> str:
-    if not isinstance(content, str):
+    if not _plain_text(content):
         raise ContentError(f"{what} must be a string, got {type(content).__name__}")
     if not content.strip():
         raise ContentError(f"{what} is empty")
@@ -48,6 +50,12 @@ def check_content(content: object, max_chars: int, what: str = "content") -> str
     if not _encodable(content):
         raise ContentError(f"{what} contains a lone surrogate (text that is not valid Unicode)")
     return content
+
+
+def _plain_text(value: object) -> TypeGuard[str]:
+    """A ``str``, or a member of a ``str`` Enum: what every backend's encoder writes as text. Other ``str``
+    subclasses were accepted, then refused by the encoder with a TypeError (or lost in a background write)."""
+    return type(value) is str or (isinstance(value, str) and isinstance(value, Enum))
 
 
 def _encodable(text: str) -> bool:
@@ -78,9 +86,7 @@ def _real(value: object) -> float | None:
         return None
 
 
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+_short = short_repr
 
 
 def check_number(value: object, what: str, *, minimum: float | None = None, allow_inf: bool = False) -> float:
@@ -96,7 +102,7 @@ def check_number(value: object, what: str, *, minimum: float | None = None, allo
 def check_int(value: object, what: str, low: int, high: int) -> int:
     """An integer (or an int-like such as numpy's, via ``__index__``; never a bool or a float) in low..high."""
     if isinstance(value, bool):
-        raise ValidationError(f"{what} must be an integer in {low}..{high}, got {value!r}")
+        raise ValidationError(f"{what} must be an integer in {low}..{high}, got {value}")
     try:
         number = operator.index(value)  # type: ignore[arg-type]  # a TypeError is the answer
     except TypeError:
@@ -118,11 +124,11 @@ def check_moment(value: object, what: str) -> datetime:
     if not isinstance(value, datetime):
         raise ValidationError(f"{what} must be an aware datetime, got {type(value).__name__} {_short(value)}")
     if value.utcoffset() is None:
-        raise ValidationError(f"{what} {value!r} has no timezone; use an aware datetime (e.g. UTC)")
+        raise ValidationError(f"{what} {_short(value)} has no timezone; use an aware datetime (e.g. UTC)")
     try:
         value.timestamp()
     except (OverflowError, ValueError) as exc:
-        raise ValidationError(f"{what} {value!r} cannot be stored: {exc}") from None
+        raise ValidationError(f"{what} {_short(value)} cannot be stored: {exc}") from None
     return value
 
 
@@ -190,7 +196,7 @@ def _check_value(value: object, path: str, depth: int) -> None:
     elif isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str) or "\x00" in key or not _encodable(key):
-                raise ValidationError(f"{path} has a key that is not valid text: {key!r}")
+                raise ValidationError(f"{path} has a key that is not valid text: {_short(key)}")
             _check_value(item, f"{path}[{key!r}]", depth + 1)
     elif isinstance(value, list | tuple):
         for at, item in enumerate(value):
@@ -226,7 +232,7 @@ def read_scope(
     scope = require_scope(user_id, agent_id, session_id, all_scopes=all_scopes and empty_ok)
     if user_id is None and agent_id is not None and not all_scopes:
         raise ScopeError(
-            f"agent_id={agent_id!r} without user_id matches the memories of every user this agent served; "
+            f"agent_id={_short(agent_id)} without user_id matches the memories of every user this agent served; "
             "pass user_id= for one user's, or all_scopes=True to read across users on purpose"
         )
     return scope
@@ -240,14 +246,14 @@ def check_text(
     error: type[ValidationError | ScopeError] = ValidationError,
 ) -> str:
     """A short non-empty string without NUL (ids, kinds, sources, thread names): one rule on every backend."""
-    if not isinstance(value, str) or not value:
-        raise error(f"{what} must be a non-empty string, got {value!r}")
+    if not _plain_text(value) or not value:
+        raise error(f"{what} must be a non-empty string, got {type(value).__name__} {_short(value)}")
     if len(value) > max_chars:
         raise error(f"{what} has {len(value)} characters; the limit is {max_chars}")
     if "\x00" in value:
-        raise error(f"{what} {value!r} contains a NUL character")
+        raise error(f"{what} {_short(value)} contains a NUL character")
     if not _encodable(value):
-        raise error(f"{what} {value!r} contains a lone surrogate (text that is not valid Unicode)")
+        raise error(f"{what} {_short(value)} contains a lone surrogate (text that is not valid Unicode)")
     return value
 
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeAlias
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit._url import StorageURL
 from memkit.errors import ScopeError, ValidationError
 
@@ -156,7 +157,7 @@ class Weights(msgspec.Struct, frozen=True, kw_only=True):
         for name in ("similarity", "lexical", "recency", "importance"):
             value = getattr(self, name)
             if not (_finite(value) and value >= 0):
-                raise ValidationError(f"weight {name} must be a finite number >= 0, got {value!r}")
+                raise ValidationError(f"weight {name} must be a finite number >= 0, got {short_repr(value)}")
 
 
 def _finite(value: object) -> bool:
@@ -199,13 +200,13 @@ def check_filters(filters: object, what: str = "filters") -> None:
         raise ValidationError(f"{what} must be a mapping of field -> value, got {type(filters).__name__}")
     for name, wanted in filters.items():
         if not isinstance(name, str) or "\x00" in name or not _encodable(name):
-            raise ValidationError(f"{what}: field name {name!r} is not text without NUL")
+            raise ValidationError(f"{what}: field name {short_repr(name)} is not text without NUL")
         values = wanted if isinstance(wanted, list | tuple) else (wanted,)
         for value in values:
             if not _is_field_value(value):
                 raise ValidationError(
-                    f"{what}: {name!r} wants {value!r:.60}; a filter value is a string, a number or a boolean "
-                    "(or a list of them, meaning any of them)"
+                    f"{what}: {short_repr(name)} wants {short_repr(value)}; a filter value is a string, a number or "
+                    "a boolean (or a list of them, meaning any of them)"
                 )
 
 
@@ -249,22 +250,22 @@ class Query(msgspec.Struct, frozen=True, kw_only=True):
         require_scope(self.scope, self.all_scopes)
         check_filters(self.filters)
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 0:
-            raise ValidationError(f"Query.k must be an integer >= 0, got {self.k!r}")
+            raise ValidationError(f"Query.k must be an integer >= 0, got {short_repr(self.k)}")
         if not isinstance(self.weights, Weights):
             raise ValidationError(f"Query.weights must be a Weights, got {type(self.weights).__name__}")
         if self.text is not None and not isinstance(self.text, str):
             raise ValidationError(f"Query.text must be a string or None, got {type(self.text).__name__}")
         if not (_finite(self.now) and _finite(self.min_importance)):
-            raise ValidationError(f"Query.now and min_importance must be finite numbers, got {self.now!r}, "
-                                  f"{self.min_importance!r}")  # fmt: skip
+            raise ValidationError(f"Query.now and min_importance must be finite numbers, got {short_repr(self.now)}, "
+                                  f"{short_repr(self.min_importance)}")  # fmt: skip
         if not (_finite(self.half_life_s) and self.half_life_s > 0):
-            raise ValidationError(f"Query.half_life_s must be a finite number > 0, got {self.half_life_s!r}")
+            raise ValidationError(f"Query.half_life_s must be a finite number > 0, got {short_repr(self.half_life_s)}")
         if (
             isinstance(self.min_score, bool)
             or not isinstance(self.min_score, int | float)
             or self.min_score != self.min_score
         ):
-            raise ValidationError(f"Query.min_score must be a number (not NaN), got {self.min_score!r}")
+            raise ValidationError(f"Query.min_score must be a number (not NaN), got {short_repr(self.min_score)}")
 
 
 class Scores(msgspec.Struct, frozen=True, kw_only=True):

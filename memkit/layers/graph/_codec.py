@@ -14,7 +14,7 @@ import hashlib
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import msgspec
@@ -113,10 +113,22 @@ _decode_node = msgspec.json.Decoder(NodeBody).decode
 _decode_edge = msgspec.json.Decoder(EdgeBody).decode
 
 
+_LAST_EPOCH: Final = datetime.max.replace(tzinfo=UTC).timestamp()
+"""253402300800.0: the float of datetime.max's Unix time rounds up to year 10000, which no datetime holds."""
+
+
 @functools.lru_cache(maxsize=4_096)
 def from_epoch(seconds: float) -> datetime:
-    """Datetimes are immutable and a batch's records share their times (the moment of the upsert): one each."""
-    return _from_epoch(seconds)
+    """Datetimes are immutable and a batch's records share their times (the moment of the upsert): one each.
+    Times past the last datetime read as it (``valid_to=datetime.max``, or an older release's writes): an
+    edge that cannot be decoded would take every walk through its node down with it."""
+    return _from_epoch(seconds) if seconds < _LAST_EPOCH else datetime.max.replace(tzinfo=UTC)
+
+
+def representable(moment: datetime) -> bool:
+    """Whether ``moment`` reads back from the Unix time it is stored as (``datetime.max`` does; 9999-12-31
+    23:59 at -05:00, in year 10000 in UTC, would read back as ``datetime.max``, not as itself)."""
+    return moment.timestamp() <= _LAST_EPOCH
 
 
 @functools.lru_cache(maxsize=65_536)  # a batch names each entity many times (every edge names two)

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio.lowlevel
 import msgspec
 
+from memkit._repr import short_repr
 from memkit._time import now_epoch
-from memkit._validation import MAX_ID_CHARS, check_content, check_int, check_moment, check_text
+from memkit._validation import MAX_ID_CHARS, check_content, check_flag, check_int, check_moment, check_text
 from memkit.backend import Backend, Record, Scope
 from memkit.embedders import Embedder
 from memkit.errors import ConfigurationError, CorruptDataError, NotFoundError, ScopeError, ValidationError
@@ -71,6 +72,13 @@ def _ends(records: Sequence[Record]) -> list[tuple[str, str, str]]:
 
 
 _ADJACENCY_CAP = 64
+
+
+def _names(values: object, what: str) -> builtins.list[Any]:
+    """A list of names (or ids): a lone string is refused, not split into its characters."""
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | set | frozenset):
+        raise ValidationError(f"{what} must be a list of strings, got {type(values).__name__} {short_repr(values)}")
+    return builtins.list(values)
 
 
 def _with_lists_decided(config: GraphConfig, backend: Backend) -> GraphConfig:
@@ -172,8 +180,8 @@ class KnowledgeGraph:
     ) -> Node:
         """Create the entity ``name`` (or the one it is an alias of) or merge into it; returns it as stored."""
         writer = self._writer(user_id, agent_id)
-        node = check_node(Node(name=name, type=type, attributes=attributes or {}, aliases=builtins.list(aliases)),
-                          self.config)  # fmt: skip
+        node = check_node(Node(name=name, type=type, attributes={} if attributes is None else attributes,
+                               aliases=_names(aliases, "aliases")), self.config)  # fmt: skip
         update = await self._upsert(writer, [node], [])
         return update.nodes[0]
 
@@ -196,8 +204,9 @@ class KnowledgeGraph:
         """State ``source -[relation]-> target`` (creating either entity if unknown); returns the edge as
         stored, ended already if a later edge of a functional relation replaces it."""
         writer = self._writer(user_id, agent_id)
-        edge = check_edge(Edge(source=source, relation=relation, target=target, attributes=attributes or {},
-                               valid_from=valid_from, valid_to=valid_to, provenance=builtins.list(provenance),
+        edge = check_edge(Edge(source=source, relation=relation, target=target,
+                               attributes={} if attributes is None else attributes, valid_from=valid_from,
+                               valid_to=valid_to, provenance=_names(provenance, "provenance"),
                                functional=functional, source_type=source_type, target_type=target_type),
                           self.config)  # fmt: skip
         update = await self._upsert(writer, [], [edge])
@@ -218,12 +227,12 @@ class KnowledgeGraph:
     ) -> bool:
         """Delete a relation and its history (to end one instead, state its replacement or pass ``valid_to``)."""
         writer = self._writer(user_id, agent_id)
-        ends = (check_name(source, self.config, "source"), check_name(target, self.config, "target"))
+        rel = check_edge(Edge(source=source, relation=relation, target=target), self.config).relation
+        ends = (source, target)
         found = await writer.resolve(ends, by_meaning=False)
         src, dst = found.get(normal_name(ends[0])), found.get(normal_name(ends[1]))
         if src is None or dst is None:
             return False
-        rel = check_edge(Edge(source=source, relation=relation, target=target), self.config).relation
         record_id = edge_id(writer.owner, src.id, rel, dst.id)
         deleted = await self.backend.delete(self.config.edges_collection, [record_id], writer.scope) > 0
         await writer.change_lists(removals([(record_id, src.id, dst.id)]), None)  # after: see _adjacency
@@ -298,6 +307,7 @@ class KnowledgeGraph:
         every one ever stated with ``include_ended=True``. [] when the entity is unknown."""
         writer = self._writer(user_id, agent_id)
         check_name(name, self.config)
+        check_flag(include_ended, "include_ended")
         relations = check_relations(relation)
         end = {"out": "out", "in": "in", "both": "ends"}[check_direction(direction)]
         limit = check_int(limit, "limit", 1, _PAGE)
@@ -406,7 +416,7 @@ class KnowledgeGraph:
         ids of the memory or turn it came from). What the extraction gets wrong is skipped, not stored."""
         writer = self._writer(user_id, agent_id)
         found = await self.extract(text, speaker=speaker)
-        sources = [check_text(p, "provenance[...]", 512) for p in provenance]
+        sources = [check_text(p, "provenance[...]", 512) for p in _names(provenance, "provenance")]
         nodes, edges = [], []
         for node in found.nodes:
             try:

@@ -9,7 +9,7 @@ import msgspec
 
 from memkit._validation import check_metadata, check_moment, check_text
 from memkit.errors import ValidationError
-from memkit.layers.graph._codec import normal_name, normal_relation
+from memkit.layers.graph._codec import normal_name, normal_relation, representable
 from memkit.layers.graph._records import Direction, Edge, GraphConfig, Node
 
 __all__ = ["check_direction", "check_edge", "check_name", "check_node", "check_relations"]
@@ -22,7 +22,7 @@ DIRECTIONS: Final = ("out", "in", "both")
 def check_name(name: object, config: GraphConfig, what: str = "name") -> str:
     """A name that normalises to something: whitespace or punctuation alone names nothing."""
     text = check_text(name, what, config.max_name_chars)
-    if not normal_name(text):
+    if not any(char.isalnum() for char in normal_name(text)):  # "★", a zero-width space: no identity
         raise ValidationError(f"{what} {text!r} has no letters or digits to identify an entity by")
     return text
 
@@ -51,7 +51,12 @@ def _attributes(attributes: object) -> dict[str, Any]:
 
 
 def _check_time(value: datetime | None, what: str) -> datetime | None:
-    return None if value is None else check_moment(value, what)
+    if value is None:
+        return None
+    moment = check_moment(value, what)
+    if not representable(moment):
+        raise ValidationError(f"{what} {moment.isoformat()} is after the last moment a datetime holds in UTC")
+    return moment
 
 
 def check_edge(edge: object, config: GraphConfig, what: str = "edge") -> Edge:
