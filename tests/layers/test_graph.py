@@ -214,13 +214,14 @@ _WRITER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgres", "redis"])
 async def test_writers_in_several_processes_lose_nothing(kind: str, request: pytest.FixtureRequest,
                                                          tmp_path: Path) -> None:  # fmt: skip
-    from tests.conftest import fresh_postgres_url
+    from tests.conftest import fresh_postgres_url, fresh_redis_url
 
-    url = f"sqlite:///{tmp_path / 'graph.db'}" if kind == "sqlite" else fresh_postgres_url(
-        request.getfixturevalue("postgres_url"))  # fmt: skip
+    url = (f"sqlite:///{tmp_path / 'graph.db'}" if kind == "sqlite"
+           else fresh_postgres_url(request.getfixturevalue("postgres_url")) if kind == "postgres"
+           else fresh_redis_url(request.getfixturevalue("redis_url")))  # fmt: skip
     script = tmp_path / "writer.py"
     script.write_text(_WRITER)
     with anyio.fail_after(120):
