@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import math
 import re
 from collections.abc import Mapping
@@ -33,6 +32,7 @@ import numpy as np
 
 from memkit.backend import Fields, Record, Scope
 from memkit.errors import ContentError, CorruptDataError, InvalidURLError, ValidationError
+from memkit_backends._server.fields import decode_fields
 from memkit_backends.pinecone._filters import field_tokens
 
 __all__ = [
@@ -163,11 +163,6 @@ def record_id_of(metadata: Mapping[str, Any] | None) -> str | None:
     return str(metadata["_id"])
 
 
-def _decode_fields(text: str) -> Fields:
-    fields: dict[str, Any] = json.loads(text)
-    return {name: tuple(value) if isinstance(value, list) else value for name, value in fields.items()}
-
-
 def _body_of(metadata: Mapping[str, Any]) -> bytes:
     if "_body" in metadata:
         return str(metadata["_body"]).encode()
@@ -191,7 +186,7 @@ def decode_record(metadata: Mapping[str, Any], values: list[float] | None) -> Re
             importance=float(metadata["_imp"]),
             timestamp=float(metadata["_ts"]),
             expires_at=None if expires >= NO_EXPIRY else expires,
-            fields=_decode_fields(str(metadata["_fields"])),
+            fields=decode_fields(str(metadata["_fields"])),
             access_count=int(metadata.get("_n", 0)),
             last_accessed=None if last is None else float(last),
         )

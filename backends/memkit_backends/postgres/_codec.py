@@ -16,6 +16,7 @@ import numpy as np
 from memkit.backend import FilterValue, Record, Scope
 from memkit.errors import ValidationError
 from memkit.text import tokenize
+from memkit_backends._server.fields import decode_fields
 
 __all__ = [
     "check_filters",
@@ -108,7 +109,6 @@ def encode_row(record: Record) -> tuple[Any, ...]:
 
 def decode_record(row: Mapping[str, Any]) -> Record:
     embedding = row["embedding"]
-    fields = json.loads(row["fields"])
     return Record(
         id=row["id"],
         scope=Scope(user_id=row["user_id"], agent_id=row["agent_id"], session_id=row["session_id"]),
@@ -118,7 +118,7 @@ def decode_record(row: Mapping[str, Any]) -> Record:
         importance=float(row["importance"]),
         timestamp=float(row["ts"]),
         expires_at=row["expires_at"],
-        fields={name: tuple(value) if isinstance(value, list) else value for name, value in fields.items()},
+        fields=decode_fields(row["fields"]),
         access_count=int(row["access_count"]),
         last_accessed=row["last_accessed"],
     )

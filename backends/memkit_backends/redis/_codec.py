@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 import msgspec
 import numpy as np
 
-from memkit.backend import Fields, Record, Scope
+from memkit.backend import Record, Scope
 from memkit.text import tokenize
+from memkit_backends._server.fields import decode_fields
 from memkit_backends.redis._keys import NO_SCOPE, NONE_EXPIRY, SCOPE_FIELDS, filter_tags, scope_number, scope_tag
 
 __all__ = ["HASH_FIELDS", "decode_fields", "decode_listed", "decode_record", "encode_record", "scope_from_hash",
@@ -41,19 +42,6 @@ def scope_from_hash(raw: Mapping[bytes, bytes]) -> Scope:
         agent_id=raw[b"aid"].decode() if b"aid" in raw else None,
         session_id=raw[b"sid"].decode() if b"sid" in raw else None,
     )
-
-
-_decode_typed_fields = msgspec.json.Decoder(Fields).decode
-
-
-def decode_fields(raw: bytes) -> Fields:
-    """Stored JSON keeps a tag field as a list; the contract hands it back as a tuple (msgspec makes the
-    tuples while it decodes: a third of a record's decoding was a second pass doing it)."""
-    try:
-        return _decode_typed_fields(raw)
-    except msgspec.ValidationError:  # a value the contract's types do not name, stored by an older release
-        fields: dict[str, Any] = _json_loads(raw)
-        return {key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()}
 
 
 def decode_record(raw: Mapping[bytes, bytes], body: bytes | None, counters: Counters = (None, None)) -> Record:
