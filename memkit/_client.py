@@ -21,9 +21,10 @@ from memkit._config import DEFAULT_URL, ConfigChoice, resolve_config
 from memkit._context import Context, ContextConfig, build_context
 from memkit._observe import ObserveConfig, Observer, check_messages, turn_writer
 from memkit._registry import open_backend
+from memkit._repr import short_repr
 from memkit._split import SplitBackend
 from memkit._url import StorageURL
-from memkit._validation import check_flag, check_number
+from memkit._validation import check_flag, check_number, check_text
 from memkit.backend import Backend
 from memkit.embedders import Embedder, resolve_embedder
 from memkit.errors import ConfigurationError, NotOpenError, ValidationError
@@ -54,7 +55,7 @@ def _layer_urls(layer_urls: object, default: StorageURL) -> dict[str, StorageURL
         layer_urls = {}
     if not isinstance(layer_urls, Mapping):
         raise ConfigurationError(f"layer_urls must be a mapping of layer name -> URL, got {type(layer_urls).__name__}")
-    unknown = sorted(repr(name) for name in layer_urls if name not in LAYERS)
+    unknown = sorted(short_repr(name) for name in layer_urls if name not in LAYERS)
     if unknown:
         raise ConfigurationError(f"layer_urls names unknown layers {', '.join(unknown)}; layers: {', '.join(LAYERS)}")
     return {name: default if layer_urls.get(name) is None else StorageURL(layer_urls[name]) for name in LAYERS}
@@ -208,10 +209,11 @@ class Memkit:
         is left out and named in ``Context.errors``. See ``memkit.ContextConfig`` for the budget rule.
         ``wait_for_writes=True`` first waits for this user's observed turns to be written."""
         self._require_open("context")
-        if check_flag(wait_for_writes, "wait_for_writes") and self._observer is not None:
-            await self._observer.flush(user_id)  # read after write: what this user said is in
+        check_text(user_id, "user_id")  # before the flush: a list there raised TypeError (unhashable)
         if config is not None and not isinstance(config, ContextConfig):
             raise ValidationError(f"config must be a memkit.ContextConfig or None, got {type(config).__name__}")
+        if check_flag(wait_for_writes, "wait_for_writes") and self._observer is not None:
+            await self._observer.flush(user_id)  # read after write: what this user said is in
         return await build_context(self, user_id=user_id, query=query, session_id=session_id, task_id=task_id,
                                    budget_tokens=budget_tokens, config=config or self._context_config,
                                    tokenizer=self._short_term.tokenizer)  # fmt: skip
@@ -229,18 +231,23 @@ class Memkit:
         later what is worth remembering (``ObserveConfig.on_event`` hears each decision). Returns once the
         turn is queued; a full queue waits for room, or raises ``WriterBusyError`` with ``wait=False``."""
         self._require_open("observe")
+        # Every argument is checked before the session is written: a refusal after it left the turn half-taken.
+        check_text(user_id, "user_id")
+        waits = check_flag(wait, "wait")
         checked = check_messages(messages)
-        if session_id is not None:
+        if session_id is not None:  # session() checks session_id; add_many checks every message, then writes
             await self.short_term.session(session_id, user_id=user_id).add_many(checked)
         from memkit.extract import ObservedTurn
 
         turn = ObservedTurn(messages=checked, user_id=user_id, session_id=session_id)
         assert self._observer is not None  # set by open()
-        await self._observer.submit(turn, wait=check_flag(wait, "wait"))
+        await self._observer.submit(turn, wait=waits)
 
     async def flush(self, user_id: str | None = None) -> None:
         """Wait until the observed turns queued so far (of ``user_id``, when given) are written."""
         self._require_open("flush")
+        if user_id is not None:
+            check_text(user_id, "user_id")  # a list raised TypeError (unhashable); 5 waited for nobody
         if self._observer is not None:
             await self._observer.flush(user_id)
 

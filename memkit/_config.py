@@ -36,6 +36,7 @@ from memkit._config_values import (
     table_keys,
     warn_secret,
 )
+from memkit._repr import short_repr
 from memkit._url import SECRET_OPTIONS, StorageURL
 from memkit.embedders import CachedEmbedder, Embedder, HashingEmbedder, LocalEmbedder, OpenAICompatibleEmbedder
 from memkit.errors import ConfigurationError, ValidationError
@@ -225,7 +226,7 @@ def _read_file(config: ConfigChoice) -> tuple[Where, dict[str, Any]]:
         return Where.ENV, {}
     if config is not None:
         if not isinstance(config, str | os.PathLike) or isinstance(config, bool):
-            raise ConfigurationError(f"config must be a path to a TOML file, False or None, got {config!r}")
+            raise ConfigurationError(f"config must be a path to a TOML file, False or None, got {short_repr(config)}")
         return _named(Path(config), "Memkit(config=...)")
     named = os.environ.get("MEMKIT_CONFIG", "").strip()
     if named:
@@ -245,7 +246,13 @@ def _read_file(config: ConfigChoice) -> tuple[Where, dict[str, Any]]:
 
 def _named(path: Path, origin: str) -> tuple[Where, dict[str, Any]]:
     """A file the caller named: it must exist, and a pyproject.toml must have a [tool.memkit] table."""
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as exc:  # a name too long, a folder not searchable: is_file() raises rather than says False
+        raise ConfigurationError(
+            f"config file {short_repr(str(path))} (from {origin}) cannot be read: {exc.strerror or exc}"
+        ) from exc
+    if not found:
         raise ConfigurationError(f"config file {str(path)!r} (from {origin}) does not exist or is not a file")
     data = _parse(path)
     if path.name != "pyproject.toml":
@@ -297,7 +304,7 @@ def _embedder_spec(value: object, where: Where) -> tuple[_EmbedderTable, Where] 
     elif isinstance(value, dict):
         provider = value.get("provider", "auto")
         if provider not in _EMBEDDERS:
-            raise where.error("embedder.provider", f"unknown embedder {provider!r}", ", ".join(_EMBEDDERS))
+            raise where.error("embedder.provider", f"unknown embedder {short_repr(provider)}", ", ".join(_EMBEDDERS))
         for key in value:
             if key not in _EMBEDDER_KEYS[provider]:
                 raise where.unknown(f"embedder.{key}", _EMBEDDER_KEYS[provider], f"for provider {provider!r}")
@@ -361,7 +368,7 @@ def _llm_spec(value: object, where: Where) -> tuple[_LLMTable, Where] | None:
     if value is not None:
         provider = value.get("provider", _infer_provider(value.get("base_url")))
         if provider not in _LLM_PROVIDERS:
-            raise where.error("llm.provider", f"unknown provider {provider!r}", ", ".join(_LLM_PROVIDERS))
+            raise where.error("llm.provider", f"unknown provider {short_repr(provider)}", ", ".join(_LLM_PROVIDERS))
         for key in value:
             if key not in _LLM_KEYS[provider]:
                 raise where.unknown(f"llm.{key}", _LLM_KEYS[provider], f"for provider {provider!r}")

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 import msgspec
 
 from memkit._registry import KNOWN_BACKENDS, known_schemes
+from memkit._repr import short_repr
 from memkit._url import StorageURL
 from memkit.errors import ConfigurationError, InvalidURLError, MemkitError, MissingDependencyError, UnknownSchemeError
 from memkit.layers.checkpoints import CheckpointConfig
@@ -204,7 +205,7 @@ def _summarizer(choice: object, llm: LLM | None, where: Where) -> object:
             accepted = '"extractive", or "llm" with an [llm] table, MEMKIT_LLM_* or Memkit(llm=...)'
             raise where.error("short_term.summarizer", '"llm" needs a model, and none is configured', accepted)
         return LLMSummarizer(llm)
-    raise where.error("short_term.summarizer", f"unknown summarizer {choice!r}", _DESCRIBED["summarizer"])
+    raise where.error("short_term.summarizer", f"unknown summarizer {short_repr(choice)}", _DESCRIBED["summarizer"])
 
 
 def _encryption_key(values: dict[str, Any], where: Where) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import msgspec
 
-from memkit._validation import check_content, check_int, check_text
+from memkit._repr import short_repr
+from memkit._validation import check_content, check_int, check_number, check_text
 from memkit.embedders import CachedEmbedder
 from memkit.errors import ConfigurationError, NotOpenError, ValidationError
 from memkit.layers.longterm import RecallHit
@@ -33,6 +34,8 @@ log = logging.getLogger("memkit")
 
 SECTIONS: Final = ("memories", "working", "lessons", "graph")
 """In order of priority: a section's unused budget goes to the ones after it, then before it."""
+_MAX_ENTITY_CHARS: Final = 10_000
+"""The longest graph node name any GraphConfig allows (``max_name_chars`` is at most 10,000)."""
 _NAMED: Final = re.compile(r"\b[A-Z][\w'-]+(?:\s+[A-Z][\w'-]+){0,3}")
 _NOT_ENTITIES: Final = frozenset({
     "I", "I'm", "What", "Who", "Where", "When", "Why", "How", "Which", "Do", "Does", "Did", "Can", "Could", "Should",
@@ -63,20 +66,29 @@ class ContextConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Entities named in the query (capitalised words that resolve to graph nodes) described as well."""
 
     def __post_init__(self) -> None:
-        if set(self.shares) != set(SECTIONS) or any(
-            not isinstance(v, int | float) or isinstance(v, bool) or v < 0 for v in self.shares.values()
-        ):
-            raise ValidationError(f"ContextConfig.shares needs a number >= 0 for each of {', '.join(SECTIONS)}")
-        if sum(self.shares.values()) <= 0:
-            raise ValidationError("ContextConfig.shares must not all be 0")
-        if not 0 <= self.relative_min_score <= 1:
-            raise ValidationError("ContextConfig.relative_min_score must be in 0..1")
-        for name in ("timeout_s", "first_call_timeout_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 600:
-                raise ValidationError(f"ContextConfig.{name} must be a number of seconds in (0, 600]")
-        if not 1 <= self.max_memories <= 100:
-            raise ValidationError("ContextConfig.max_memories must be an integer in 1..100")
+        _check_config(self)
+
+
+def _check_config(config: ContextConfig) -> None:
+    """Every field, at construction: a wrong type raised TypeError here, and a wrong value (``max_memories=2.5``,
+    ``graph_entity=""``) was taken, then made ``context()`` drop its section without a word."""
+    check_int(config.max_memories, "ContextConfig.max_memories", 1, 100)
+    check_int(config.max_query_entities, "ContextConfig.max_query_entities", 0, 100)
+    check_text(config.graph_entity, "ContextConfig.graph_entity", _MAX_ENTITY_CHARS)
+    share = check_number(config.relative_min_score, "ContextConfig.relative_min_score")
+    if not 0 <= share <= 1:
+        raise ValidationError(f"ContextConfig.relative_min_score must be in 0..1, got {short_repr(share)}")
+    if config.min_score is not None:
+        check_number(config.min_score, "ContextConfig.min_score")
+    for name in ("timeout_s", "first_call_timeout_s"):
+        seconds = check_number(getattr(config, name), f"ContextConfig.{name}")
+        if not 0 < seconds <= 600:
+            raise ValidationError(f"ContextConfig.{name} must be a number of seconds in (0, 600], got {seconds}")
+    shares = config.shares
+    if not isinstance(shares, dict) or set(shares) != set(SECTIONS):
+        raise ValidationError(f"ContextConfig.shares needs a number >= 0 for each of {', '.join(SECTIONS)}")
+    if sum(check_number(v, f"ContextConfig.shares[{k!r}]", minimum=0) for k, v in shares.items()) <= 0:
+        raise ValidationError("ContextConfig.shares must not all be 0")
 
 
 class Context(msgspec.Struct, frozen=True, kw_only=True):

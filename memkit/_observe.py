@@ -20,6 +20,7 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from memkit._background import BackgroundTask
+from memkit._repr import short_repr
 from memkit._validation import check_text
 from memkit.errors import ValidationError, WriterBusyError
 
@@ -58,7 +59,7 @@ def check_messages(messages: object) -> list[dict[str, Any]]:
         raise ValidationError(f"observe takes at most {_MAX_MESSAGES} messages per turn, got {len(messages)}")
     for at, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            raise ValidationError(f"messages[{at}] must be a dict with a 'role', got {message!r:.80}")
+            raise ValidationError(f"messages[{at}] must be a dict with a 'role', got {short_repr(message)}")
     return [dict(m) for m in messages]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
+from memkit._repr import short_repr
 from memkit.errors import ValidationError
 
 __all__ = ["epoch", "from_epoch", "new_id", "now_epoch", "utcnow"]
@@ -24,7 +25,7 @@ def new_id() -> str:
 
 def epoch(moment: datetime) -> float:
     if moment.tzinfo is None:
-        raise ValidationError(f"datetime {moment!r} has no timezone; use an aware datetime (e.g. UTC)")
+        raise ValidationError(f"datetime {short_repr(moment)} has no timezone; use an aware datetime (e.g. UTC)")
     return moment.timestamp()
 
 

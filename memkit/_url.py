@@ -35,7 +35,11 @@ class StorageURL:
     def __init__(self, url: str | StorageURL) -> None:
         if isinstance(url, StorageURL):
             url = url.raw
-        if not isinstance(url, str) or "://" not in url:
+        if not isinstance(url, str):  # its type only: str() of a value nested deep raised RecursionError
+            raise InvalidURLError(
+                f"not a storage URL: a {type(url).__name__}, not a string; expected e.g. 'sqlite:///memories.db'"
+            )
+        if "://" not in url:
             raise InvalidURLError(
                 f"not a storage URL: {_mask_unparsed(url)!r}; expected e.g. 'sqlite:///memories.db' or 'memory://'"
             )
@@ -153,9 +157,8 @@ def _options(pairs: list[tuple[str, str]], url: str) -> dict[str, str]:
     return options
 
 
-def _mask_unparsed(url: object) -> str:
+def _mask_unparsed(text: str) -> str:
     """Best-effort masking for strings that failed to parse."""
-    text = str(url)
     if "?" in text:
         text = text.split("?", 1)[0] + "?..."
     if "@" in text and "://" in text:

@@ -289,3 +289,18 @@ def check_metadata_filter(metadata: object) -> dict[str, FilterValue] | None:
         raise ValidationError(f"metadata filter must be a dict of field -> value, got {type(metadata).__name__}")
     check_filters(metadata, "metadata filter")
     return dict(metadata)
+
+
+def check_decode_type(as_type: object) -> Any:
+    """``type=`` as msgspec takes it (a Struct, dataclass, builtin, generic...), checked before the store is
+    touched: msgspec's TypeError for ``type=5`` came after a tool had run and its result had been cached."""
+    if as_type is Any:
+        return as_type
+    try:
+        msgspec.msgpack.Decoder(as_type)
+    except (TypeError, ValueError, NameError, RecursionError):  # its message quotes the value whole: not shown
+        raise ValidationError(
+            f"type must be a type msgspec can decode to (a Struct, dataclass, int, list[str]...), got "
+            f"{type(as_type).__name__} {short_repr(as_type)}"
+        ) from None
+    return as_type

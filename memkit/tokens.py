@@ -25,6 +25,7 @@ import tempfile
 import threading
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from memkit._repr import short_repr
 from memkit.errors import ConfigurationError, MissingDependencyError
 
 __all__ = [
@@ -173,7 +174,8 @@ def resolve_tokenizer(choice: TokenizerChoice = "auto") -> Tokenizer:
     if isinstance(choice, Tokenizer):
         return choice
     raise ConfigurationError(
-        f"tokenizer must be 'auto', 'estimate', 'tiktoken' or an object with count(text) -> int, got {choice!r}"
+        "tokenizer must be 'auto', 'estimate', 'tiktoken' or an object with count(text) -> int, "
+        f"got {short_repr(choice)}"
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from memkit._repr import short_repr
 from memkit.embedders._base import Matrix
 from memkit.errors import ValidationError
 from memkit.text import tokenize
@@ -27,7 +28,9 @@ class HashingEmbedder:
 
     def __init__(self, dim: int = 384) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or not _MIN_DIM <= dim <= _MAX_DIM:
-            raise ValidationError(f"HashingEmbedder dim must be an integer in {_MIN_DIM}..{_MAX_DIM}, got {dim!r}")
+            raise ValidationError(
+                f"HashingEmbedder dim must be an integer in {_MIN_DIM}..{_MAX_DIM}, got {short_repr(dim)}"
+            )
         self._dim = dim
 
     @property

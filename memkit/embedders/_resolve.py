@@ -8,6 +8,7 @@ import warnings
 from typing import Literal
 
 from memkit._install import install_hint
+from memkit._repr import short_repr
 from memkit.embedders._base import CachedEmbedder, Embedder
 from memkit.embedders._hashing import HashingEmbedder
 from memkit.embedders._local import LocalEmbedder
@@ -30,7 +31,9 @@ def resolve_embedder(choice: Embedder | Literal["auto", "local", "hashing"]) -> 
     if not isinstance(choice, str):
         # A class passes the runtime protocol check (it has the attributes), then fails at open.
         if isinstance(choice, type) or not isinstance(choice, Embedder):
-            raise ConfigurationError(f"embedder must be 'auto', 'local', 'hashing' or an Embedder, got {choice!r}")
+            raise ConfigurationError(
+                f"embedder must be 'auto', 'local', 'hashing' or an Embedder, got {short_repr(choice)}"
+            )
         return choice
     if choice == "auto":
         # The packaged weights and a runtime for them: ONNX Runtime (the default) or sentence-transformers.

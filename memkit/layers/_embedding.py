@@ -9,6 +9,7 @@ from typing import Any, Final
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit._validation import check_text
 from memkit.backend import Backend
 from memkit.embedders import Embedder, as_unit_vectors
@@ -68,7 +69,7 @@ def embedder_identity(embedder: Embedder) -> tuple[int, str]:
     except Exception as exc:
         raise EmbeddingError(f"embedder {type(embedder).__name__} cannot tell its dim or model_id: {exc}") from exc
     if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-        raise EmbeddingError(f"embedder {model_id!r}: dim must be a positive integer, got {dim!r}")
+        raise EmbeddingError(f"embedder {model_id!r}: dim must be a positive integer, got {short_repr(dim)}")
     try:
         check_text(model_id, "model_id")
     except ValidationError as exc:

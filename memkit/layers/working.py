@@ -12,13 +12,14 @@ equals, as many entries as fit, and a line saying how many did not.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit._time import new_id
-from memkit._validation import MAX_ID_CHARS, check_importance, check_number, check_text
+from memkit._validation import MAX_ID_CHARS, check_decode_type, check_importance, check_number, check_text
 from memkit.backend import Backend
 from memkit.errors import CorruptDataError, ScopeError, ValidationError
 from memkit.layers._cas import update_kv
@@ -91,6 +92,7 @@ class TaskState:
 
     async def get(self, key: str, default: Any = None, *, type: type[T] | Any = Any) -> T | Any:
         """The value of ``key`` (decoded as ``type`` when given: a Struct, a dataclass...), else ``default``."""
+        check_decode_type(type)
         raw = await self._layer.backend.kv_get(NAMESPACE, self._key(key))
         if raw is None:
             return default
@@ -100,12 +102,14 @@ class TaskState:
         try:
             return msgspec.msgpack.decode(entry.value, type=as_type)
         except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
-            raise ValidationError(f"working-memory key {key!r} does not hold a {as_type!r}: {exc}") from exc
+            raise ValidationError(f"working-memory key {key!r} does not hold a {short_repr(as_type)}: {exc}") from exc
 
     async def update(
         self, key: str, change: Callable[[Any], object], *, importance: float = 0.5, ttl_s: float | None = None
     ) -> Any:
         """Set ``key`` to ``change(current value or None)`` atomically, against any other writer; returns it."""
+        if not callable(change):  # else the TypeError came from inside the compare-and-set loop
+            raise ValidationError(f"change must be a function of the current value, got {type(change).__name__}")
         importance = check_importance(importance)
         ttl_s = _check_ttl(ttl_s)
 
@@ -146,6 +150,8 @@ class TaskState:
     async def restore(self, items: Sequence[WorkingItem]) -> None:
         """Make the task hold exactly ``items`` (their set times and importances kept; they do not expire).
         Every item is checked and encoded before anything is deleted."""
+        if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):  # None, 5: TypeError
+            raise ValidationError(f"restore takes a list of WorkingItems, got {type(items).__name__}")
         packed = []
         for item in items:
             if not isinstance(item, WorkingItem):
@@ -171,7 +177,9 @@ def _check_ttl(ttl_s: object) -> float | None:
         return None
     seconds = check_number(ttl_s, "ttl_s")
     if not 0 < seconds < 1e10:
-        raise ValidationError(f"ttl_s must be a positive number of seconds (None keeps the value), got {ttl_s!r}")
+        raise ValidationError(
+            f"ttl_s must be a positive number of seconds (None keeps the value), got {short_repr(ttl_s)}"
+        )
     return seconds
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit.errors import LLMBudgetError, ValidationError
 
 __all__ = ["LLMBudget", "LLMUsage"]
@@ -28,7 +29,7 @@ class LLMBudget(msgspec.Struct, frozen=True):
         for name in ("max_calls", "max_tokens"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ValidationError(f"LLMBudget.{name} must be a non-negative int or None, got {value!r}")
+                raise ValidationError(f"LLMBudget.{name} must be a non-negative int or None, got {short_repr(value)}")
 
 
 class LLMUsage(msgspec.Struct, frozen=True):

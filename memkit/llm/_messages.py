@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit.errors import ValidationError
 from memkit.llm._protocol import ChatMessage
 
@@ -29,7 +30,7 @@ def as_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     out = []
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-            raise ValidationError(f"messages[{i}] must be a mapping with a 'role' string, got {message!r}")
+            raise ValidationError(f"messages[{i}] must be a mapping with a 'role' string, got {short_repr(message)}")
         out.append(dict(message))
     return out
 
@@ -59,7 +60,7 @@ def to_anthropic(messages: Sequence[ChatMessage]) -> tuple[str | None, list[dict
         elif role == "assistant":
             blocks = _blocks(message.get("content")) + _tool_uses(message, i)
         else:
-            raise ValidationError(f"messages[{i}] has role {role!r}; use system, user, assistant or tool")
+            raise ValidationError(f"messages[{i}] has role {short_repr(role)}; use system, user, assistant or tool")
         if not blocks:
             continue  # Anthropic refuses empty content; an empty turn says nothing
         if out and out[-1]["role"] == role:
@@ -82,7 +83,7 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     if not isinstance(content, Sequence):
-        raise ValidationError(f"message content must be a string or a list of parts, got {content!r}")
+        raise ValidationError(f"message content must be a string or a list of parts, got {short_repr(content)}")
     blocks: list[dict[str, Any]] = []
     for part in content:
         if isinstance(part, str):
@@ -94,14 +95,14 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
         elif isinstance(part, Mapping):
             blocks.append(dict(part))
         else:
-            raise ValidationError(f"a content part must be a mapping or a string, got {part!r}")
+            raise ValidationError(f"a content part must be a mapping or a string, got {short_repr(part)}")
     return blocks
 
 
 def _image(image_url: Any) -> dict[str, Any]:
     url = image_url.get("url") if isinstance(image_url, Mapping) else image_url
     if not isinstance(url, str):
-        raise ValidationError(f"an image_url part needs a URL, got {image_url!r}")
+        raise ValidationError(f"an image_url part needs a URL, got {short_repr(image_url)}")
     if url.startswith("data:") and ";base64," in url:
         media_type, _, data = url[len("data:") :].partition(";base64,")
         return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
@@ -113,7 +114,9 @@ def _tool_uses(message: Mapping[str, Any], i: int) -> list[dict[str, Any]]:
     for call in message.get("tool_calls") or ():
         function = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(function, Mapping) or not call.get("id") or not function.get("name"):
-            raise ValidationError(f"messages[{i}] has a tool call without an id, a function or its name: {call!r}")
+            raise ValidationError(
+                f"messages[{i}] has a tool call without an id, a function or its name: {short_repr(call)}"
+            )
         tool_input = _arguments(function.get("arguments"))
         blocks.append({"type": "tool_use", "id": call["id"], "name": function["name"], "input": tool_input})
     return blocks

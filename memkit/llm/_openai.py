@@ -9,6 +9,7 @@ from typing import Any, Literal, TypeVar
 import httpx
 import msgspec
 
+from memkit._repr import short_repr
 from memkit.errors import LLMError, ValidationError
 from memkit.llm._budget import LLMBudget
 from memkit.llm._env import key_hint, settings_for
@@ -76,7 +77,7 @@ class OpenAIChat(HTTPChatClient):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if structured not in _MODES:
-            raise ValidationError(f"structured must be one of {', '.join(_MODES)}, got {structured!r}")
+            raise ValidationError(f"structured must be one of {', '.join(_MODES)}, got {short_repr(structured)}")
         settings = settings_for("openai", model, base_url, api_key)
         self._model = settings.model
         self._mode: StructuredMode = structured

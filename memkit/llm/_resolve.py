@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from memkit._repr import short_repr
 from memkit.errors import ConfigurationError
 from memkit.llm._anthropic import AnthropicChat
 from memkit.llm._env import MEMKIT_VARS, Provider
@@ -31,7 +32,7 @@ def resolve_llm(choice: LLM | str | None = None) -> LLM | None:
         name, _, model = choice.partition(":")  # Ollama model names have colons of their own: llama3.2:3b
         return _client(_provider(name, f"llm={choice!r}"), model or None)
     if isinstance(choice, type) or not isinstance(choice, LLM):
-        raise ConfigurationError(f"llm must be {_CHOICES}, got {choice!r}")
+        raise ConfigurationError(f"llm must be {_CHOICES}, got {short_repr(choice)}")
     return choice
 
 

@@ -17,6 +17,7 @@ from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit.errors import StructuredOutputError, ValidationError
 from memkit.llm._protocol import ChatMessage
 
@@ -50,8 +51,10 @@ class Target(Generic[T]):
     def __init__(self, schema_type: type[T]) -> None:
         try:
             raw = msgspec.json.schema(schema_type)
-        except (TypeError, ValueError) as exc:
-            raise ValidationError(f"{schema_type!r} cannot be described as a JSON Schema: {exc}") from exc
+        except (TypeError, ValueError, RecursionError) as exc:  # msgspec's message quotes the value whole
+            raise ValidationError(
+                f"{short_repr(schema_type)} cannot be described as a JSON Schema ({type(exc).__name__})"
+            ) from exc
         self.name = _NAME_CHARS.sub("_", getattr(schema_type, "__name__", "") or "answer")[:64] or "answer"
         root = _inline_root(raw)
         self.wrapped = root.get("type") != "object"

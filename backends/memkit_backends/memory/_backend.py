@@ -22,6 +22,7 @@ from memkit.backend import (
     check_key,
     require_scope,
 )
+from memkit.errors import NotOpenError
 from memkit_backends._embedded.columnar import ColumnarCollection
 from memkit_backends._embedded.kv import ExpiringDict
 from memkit_backends._embedded.nearest import nearest
@@ -97,32 +98,48 @@ class MemoryBackend(Backend):
         url.check_options(OPTIONS)
         self._store = InProcessCollections(url)
         self._kv = ExpiringDict()
+        self._open = False
 
     async def open(self) -> None:
         await self.setup()
+        self._open = True
 
     async def aclose(self) -> None:
-        return None
+        self._open = False  # the data stays (a reopen finds it); calls until then are refused
+
+    def _require_open(self) -> None:
+        """Refuse a call before open() or after aclose(): a layer kept past ``Memkit.aclose()`` kept writing here
+        while sqlite:// refused, so one program behaved two ways. One attribute check per call."""
+        if not self._open:
+            raise NotOpenError(f"the {self.url.scheme}:// backend is not open (never opened, or closed); use "
+                               "'async with Memkit(...) as mem:' (or 'async with backend:')")  # fmt: skip
 
     async def ensure_collection(self, name: str, dim: int | None) -> None:
+        self._require_open()
         self._store.ensure(name, dim)
 
     async def upsert(self, collection: str, records: Sequence[Record]) -> None:
+        self._require_open()
         await self._store.run(collection, lambda c: c.upsert(records), scans=len(records) >= BIG_WRITE)
 
     async def replace(self, collection: str, record: Record, expected_body: bytes | None) -> bool:
+        self._require_open()
         return await self._store.run(collection, lambda c: c.replace(record, expected_body))
 
     async def replace_many(self, collection: str, pairs: Sequence[tuple[Record, bytes | None]]) -> list[bool]:
+        self._require_open()
         return await self._store.run(collection, lambda c: c.replace_many(pairs))
 
     async def get(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> list[Record]:
+        self._require_open()
         return await self._store.read(collection, lambda c: c.get(ids, scope), [])
 
     async def delete(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> int:
+        self._require_open()
         return len(await self._store.read(collection, lambda c: c.delete(ids, scope), []))
 
     async def query(self, collection: str, query: Query) -> list[Hit]:
+        self._require_open()
         return await self._store.read(collection, lambda c: c.query(query), [], scans=True, scope=query.scope)
 
     async def scan(
@@ -137,6 +154,7 @@ class MemoryBackend(Backend):
         newest_first: bool = False,
         all_scopes: bool = False,
     ) -> Page:
+        self._require_open()
         require_scope(scope, all_scopes)
         return await self._store.read(
             collection,
@@ -155,12 +173,14 @@ class MemoryBackend(Backend):
         now: float | None = None,
         all_scopes: bool = False,
     ) -> int:
+        self._require_open()
         require_scope(scope, all_scopes)
         return await self._store.read(
             collection, lambda c: c.count(scope, filters, now), 0, scans=not filters, scope=scope
         )
 
     async def delete_expired(self, collection: str, now: float) -> int:
+        self._require_open()
         return len(await self._store.read(collection, lambda c: c.delete(c.expired_ids(now)), [], scans=True))
 
     async def nearest(
@@ -173,6 +193,7 @@ class MemoryBackend(Backend):
         min_similarity: float = -1.0,
         now: float | None = None,
     ) -> list[list[tuple[str, float]]]:
+        self._require_open()
         require_scope(scope, False)
         empty: list[list[tuple[str, float]]] = [[] for _ in vectors]
         return await self._store.read(
@@ -183,20 +204,24 @@ class MemoryBackend(Backend):
         )
 
     async def touch(self, collection: str, counts: Mapping[str, int], at: float) -> None:
+        self._require_open()
         await self._store.read(collection, lambda c: c.touch(counts, at), None)
 
     # -- key-value ------------------------------------------------------------------------------
     async def kv_get(self, namespace: str, key: str, *, now: float | None = None) -> bytes | None:
+        self._require_open()
         check_key(namespace, key)
         return self._kv.get(namespace, key, now)
 
     async def kv_set(
         self, namespace: str, key: str, value: bytes, ttl_s: float | None = None, *, now: float | None = None
     ) -> None:
+        self._require_open()
         check_key(namespace, key)
         self._kv.set(namespace, key, value, ttl_s, now)
 
     async def kv_delete(self, namespace: str, key: str, *, now: float | None = None) -> bool:
+        self._require_open()
         check_key(namespace, key)
         return self._kv.delete(namespace, key, now)
 
@@ -210,15 +235,18 @@ class MemoryBackend(Backend):
         *,
         now: float | None = None,
     ) -> bool:
+        self._require_open()
         check_key(namespace, key)
         return self._kv.replace(namespace, key, value, expected, ttl_s, now=now)
 
     async def kv_scan(
         self, namespace: str, *, prefix: str = "", limit: int = 100, cursor: str | None = None, now: float | None = None
     ) -> KVPage:
+        self._require_open()
         check_key(namespace, prefix)
         return self._kv.scan(namespace, prefix, limit, cursor, time.time() if now is None else now)
 
     async def kv_delete_prefix(self, namespace: str, prefix: str = "") -> int:
+        self._require_open()
         check_key(namespace, prefix)
         return self._kv.delete_prefix(namespace, prefix)

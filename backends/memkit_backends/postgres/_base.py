@@ -7,7 +7,14 @@ import asyncpg
 from asyncpg import exceptions as pg
 
 from memkit.backend import Backend, StorageURL
-from memkit.errors import BackendError, BackendRefusedError, BackendUnavailableError, InvalidURLError, MemkitError
+from memkit.errors import (
+    BackendError,
+    BackendRefusedError,
+    BackendUnavailableError,
+    InvalidURLError,
+    MemkitError,
+    NotOpenError,
+)
 from memkit_backends._server.retry import retrying
 from memkit_backends.postgres._codec import register_vector_codec
 from memkit_backends.postgres._errors import REFUSED, TRANSIENT, postgres_error
@@ -73,7 +80,7 @@ class PostgresBase(Backend):
     @property
     def pool(self) -> asyncpg.Pool:
         if self._pool is None:
-            raise BackendError("the Postgres backend is not open; use 'async with backend:'")
+            raise NotOpenError("the Postgres backend is not open; use 'async with backend:'")
         return self._pool
 
     def table(self, table_name: str) -> str:

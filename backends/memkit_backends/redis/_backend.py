@@ -134,8 +134,10 @@ class RedisBackend(KeyValueFace, Backend):
             with anyio.fail_after(self._timeout):
                 await self._client.ping()
                 self._has_search = await self._probe_search()
+            self.is_open = True  # setup() goes through the operations, which refuse a closed backend
             await self.setup()
         except Exception as exc:
+            self.is_open = False
             await self._client.aclose()
             error = self._open_error(exc)
             if error is exc:
@@ -167,6 +169,7 @@ class RedisBackend(KeyValueFace, Backend):
         await migrate_v1(self._client)
 
     async def aclose(self) -> None:
+        self.is_open = False
         await self._client.aclose()
 
     def _require_search(self) -> None:

@@ -28,6 +28,7 @@ from memkit.errors import (
     BackendTimeoutError,
     BackendUnavailableError,
     MemkitError,
+    NotOpenError,
 )
 from memkit_backends._server.errors import ErrorTable, map_error
 from memkit_backends._server.retry import retrying
@@ -77,6 +78,9 @@ class RedisErrors:
     url: StorageURL
     retries: int
     backoff_s: float = 0.05
+    is_open: bool = False
+    """Set by ``open()``, cleared by ``aclose()``: redis-py reconnects on any command, so a layer kept past
+    ``Memkit.aclose()`` went on reading and writing here while memory://, sqlite:// and Postgres refused."""
     transient_errors: tuple[type[BaseException], ...] = (RedisConnectionError,)
     """Lost or refused connections, and a server still loading its data (BusyLoadingError). Timeouts are
     not retried: a command that ran out of time is raised as ``BackendTimeoutError`` at once, rather
@@ -94,6 +98,9 @@ def operation(
 
     @functools.wraps(method)
     async def refusals_first(self: B, *args: P.args, **kwargs: P.kwargs) -> T:
+        if not self.is_open:
+            raise NotOpenError(f"the Redis backend ({self.url}) is not open (never opened, or closed); use "
+                               "'async with Memkit(...) as mem:' (or 'async with backend:')")  # fmt: skip
         try:
             return await method(self, *args, **kwargs)
         except _REFUSED_CONNECTING as exc:

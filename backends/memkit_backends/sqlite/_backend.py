@@ -30,7 +30,7 @@ from memkit.backend import (
     require_scope,
     scope_matches,
 )
-from memkit.errors import BackendError, InvalidURLError, ValidationError
+from memkit.errors import InvalidURLError, NotOpenError, ValidationError
 from memkit.text import tokenize
 from memkit_backends._embedded.columnar import ColumnarCollection
 from memkit_backends._embedded.indexes import replace_verdict
@@ -84,7 +84,10 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         async with self._lock:
             conn = self._conn
             if conn is None:
-                raise BackendError("the SQLite backend is not open; use 'async with backend:'")
+                # NotOpenError, as Memkit says for use before open / after close (BackendError read as a failure)
+                raise NotOpenError(
+                    "the SQLite backend is not open (never opened, or closed); use 'async with backend:'"
+                )
             try:
                 return await anyio.to_thread.run_sync(action, conn)
             except sqlite3.Error as exc:

@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit.errors import ValidationError
 from memkit.layers.shortterm import SessionSnapshot, ShortTermSession
 from memkit.layers.working import TaskState, WorkingItem
@@ -32,11 +33,13 @@ async def capture(
 ) -> AgentState:
     """An ``AgentState`` of the layers given (each read once; they are not frozen together)."""
     if session is not None and not isinstance(session, ShortTermSession):
-        raise ValidationError(f"session must be a ShortTermSession (mem.short_term.session(...)), got {session!r}")
+        raise ValidationError(
+            f"session must be a ShortTermSession (mem.short_term.session(...)), got {short_repr(session)}"
+        )
     if task is not None and not isinstance(task, TaskState):
-        raise ValidationError(f"task must be a TaskState (mem.working.task(...)), got {task!r}")
+        raise ValidationError(f"task must be a TaskState (mem.working.task(...)), got {short_repr(task)}")
     if isinstance(turn, bool) or not isinstance(turn, int):
-        raise ValidationError(f"turn must be an integer, got {turn!r}")
+        raise ValidationError(f"turn must be an integer, got {short_repr(turn)}")
     return AgentState(
         session=None if session is None else await session.snapshot(),
         working=None if task is None else await task.snapshot(),

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit.errors import ConfigurationError, MissingDependencyError
 from memkit.layers.checkpoints._format import Compression, Serializer, has_module
 
@@ -58,7 +59,7 @@ class CheckpointConfig(msgspec.Struct, frozen=True, kw_only=True):
 def _check(config: CheckpointConfig) -> None:
     def whole(value: object, what: str, low: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigurationError(f"CheckpointConfig.{what} must be an integer >= {low}, got {value!r}")
+            raise ConfigurationError(f"CheckpointConfig.{what} must be an integer >= {low}, got {short_repr(value)}")
 
     if config.keep_last is not None:
         whole(config.keep_last, "keep_last", 1)
@@ -66,18 +67,22 @@ def _check(config: CheckpointConfig) -> None:
     whole(config.max_bytes, "max_bytes", 1)
     grace = config.orphan_grace_s
     if isinstance(grace, bool) or not isinstance(grace, (int, float)) or not math.isfinite(grace) or grace < 0:
-        raise ConfigurationError(f"CheckpointConfig.orphan_grace_s must be a number of seconds >= 0, got {grace!r}")
+        raise ConfigurationError(
+            f"CheckpointConfig.orphan_grace_s must be a number of seconds >= 0, got {short_repr(grace)}"
+        )
     if config.serializer not in ("msgpack", "json"):
-        raise ConfigurationError(f"CheckpointConfig.serializer must be 'msgpack' or 'json', got {config.serializer!r}")
+        raise ConfigurationError(
+            f"CheckpointConfig.serializer must be 'msgpack' or 'json', got {short_repr(config.serializer)}"
+        )
     if config.compression not in ("auto", "zstd", "zlib", None):
         raise ConfigurationError(
-            f"CheckpointConfig.compression must be 'auto', 'zstd', 'zlib' or None, got {config.compression!r}"
+            f"CheckpointConfig.compression must be 'auto', 'zstd', 'zlib' or None, got {short_repr(config.compression)}"
         )
     if config.compression == "zstd" and not has_module("zstandard"):
         raise MissingDependencyError("compression='zstd' needs zstandard; run: pip install 'memkit-sdk[zstd]'")
     if not isinstance(config.accept_plaintext, bool):
         raise ConfigurationError(
-            f"CheckpointConfig.accept_plaintext must be True or False, got {config.accept_plaintext!r}"
+            f"CheckpointConfig.accept_plaintext must be True or False, got {short_repr(config.accept_plaintext)}"
         )
     key = config.encryption_key
     if key is not None:

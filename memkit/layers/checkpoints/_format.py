@@ -39,6 +39,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit.errors import MissingDependencyError, SerializationError, ValidationError
 
 __all__ = [
@@ -101,12 +102,15 @@ def decode_value(raw: bytes, serializer: Serializer, as_type: Any) -> Any:
         return msgspec.json.decode(raw, type=as_type)
     except msgspec.ValidationError as exc:
         raise SerializationError(f"the checkpoint does not hold a {_name(as_type)}: {exc}") from exc
+    except TypeError:  # load() checked the type for MessagePack; JSON takes a few types fewer
+        raise ValidationError(f"type {_name(as_type)} cannot be decoded from {serializer}") from None
     except (msgspec.DecodeError, RecursionError, ValueError, OverflowError) as exc:
         raise SerializationError(f"the checkpoint's {serializer} payload is malformed: {exc}") from exc
 
 
 def _name(as_type: Any) -> str:
-    return getattr(as_type, "__name__", repr(as_type))
+    name = getattr(as_type, "__name__", None)
+    return name if isinstance(name, str) else short_repr(as_type)
 
 
 class Header(msgspec.Struct, frozen=True, kw_only=True):

@@ -28,9 +28,17 @@ import anyio.to_thread
 import msgspec
 
 from memkit._time import from_epoch
-from memkit._validation import MAX_ID_CHARS, check_int, check_metadata, check_text
+from memkit._validation import MAX_ID_CHARS, check_decode_type, check_int, check_metadata, check_text
 from memkit.backend import Backend
-from memkit.errors import BackendError, ConflictError, CorruptDataError, NotFoundError, ScopeError, ValidationError
+from memkit.errors import (
+    BackendError,
+    ConflictError,
+    CorruptDataError,
+    NotFoundError,
+    NotOpenError,
+    ScopeError,
+    ValidationError,
+)
 from memkit.layers._cas import update_kv
 from memkit.layers._keys import key_of
 from memkit.layers.checkpoints._agent import AgentState, capture, resume
@@ -228,6 +236,7 @@ class Checkpoints:
         thread = _thread(thread_id, user_id, agent_id)
         if checkpoint_id is not None:
             check_text(checkpoint_id, "checkpoint_id")
+        check_decode_type(type)  # before the read: msgspec's TypeError came after it
         found = await self._fetch(thread, checkpoint_id)
         if found is None:
             if default is not _MISSING:
@@ -305,7 +314,7 @@ class Checkpoints:
         for checkpoint_id in ids:
             try:
                 await self.backend.kv_delete(NAMESPACE, thread.blob_prefix + checkpoint_id)
-            except BackendError as exc:
+            except (BackendError, NotOpenError) as exc:  # closed meanwhile: prune deletes it later
                 log.warning(
                     "memkit: checkpoint %s of thread %s stays as an orphan: %s", checkpoint_id, thread.label, exc
                 )

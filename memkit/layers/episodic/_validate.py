@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit._validation import check_content, check_importance, check_metadata, check_moment, check_text
 from memkit.errors import ValidationError
 from memkit.layers.episodic._records import OUTCOMES, Action, Episode, EpisodicConfig
@@ -72,12 +73,14 @@ def _check_action(action: object, config: EpisodicConfig, what: str) -> Action:
         raise ValidationError(f"{what} must be a memkit Action, got {type(action).__name__}")
     tool = check_text(action.tool, f"{what}.tool", MAX_TOOL_CHARS)
     if not isinstance(action.ok, bool):
-        raise ValidationError(f"{what}.ok must be True or False, got {action.ok!r}")
+        raise ValidationError(f"{what}.ok must be True or False, got {short_repr(action.ok)}")
     latency = action.latency_s
     if latency is not None and (
         isinstance(latency, bool) or not isinstance(latency, int | float) or not math.isfinite(latency) or latency < 0
     ):
-        raise ValidationError(f"{what}.latency_s must be a finite number of seconds >= 0 or None, got {latency!r}")
+        raise ValidationError(
+            f"{what}.latency_s must be a finite number of seconds >= 0 or None, got {short_repr(latency)}"
+        )
     try:
         arguments = msgspec.to_builtins(action.arguments)
     except (TypeError, msgspec.EncodeError) as exc:
@@ -94,10 +97,12 @@ def check_outcomes(value: object, what: str = "outcome", *, single: bool = False
     """One outcome (or, unless ``single``, a list of them: any of them)."""
     values = [value] if single or isinstance(value, str) else value
     if not isinstance(values, list | tuple | set | frozenset) or not values:
-        raise ValidationError(f"{what} must be one of {', '.join(OUTCOMES)} (or a list of them), got {value!r}")
+        raise ValidationError(
+            f"{what} must be one of {', '.join(OUTCOMES)} (or a list of them), got {short_repr(value)}"
+        )
     for item in values:
         if not isinstance(item, str) or item not in OUTCOMES:
-            raise ValidationError(f"{what} must be one of {', '.join(OUTCOMES)}, got {item!r}")
+            raise ValidationError(f"{what} must be one of {', '.join(OUTCOMES)}, got {short_repr(item)}")
     return sorted(set(values))
 
 

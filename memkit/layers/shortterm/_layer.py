@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit._validation import MAX_ID_CHARS, check_text
 from memkit.backend import Backend
 from memkit.errors import ConfigurationError, ScopeError, SummarizerError, ValidationError
@@ -60,7 +61,7 @@ class ShortTermConfig(msgspec.Struct, frozen=True, kw_only=True):
 def _check_config(config: ShortTermConfig) -> None:
     def whole(value: object, what: str, low: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigurationError(f"ShortTermConfig.{what} must be an integer >= {low}, got {value!r}")
+            raise ConfigurationError(f"ShortTermConfig.{what} must be an integer >= {low}, got {short_repr(value)}")
 
     whole(config.max_tokens, "max_tokens", _MIN_BUDGET)
     whole(config.keep_last, "keep_last", 1)
@@ -72,7 +73,9 @@ def _check_config(config: ShortTermConfig) -> None:
     for name in ("compact_at", "fold_to"):
         share = getattr(config, name)
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
-            raise ConfigurationError(f"ShortTermConfig.{name} must be a share of max_tokens in (0, 1], got {share!r}")
+            raise ConfigurationError(
+                f"ShortTermConfig.{name} must be a share of max_tokens in (0, 1], got {short_repr(share)}"
+            )
     if config.fold_to > config.compact_at:
         raise ConfigurationError(
             "ShortTermConfig.fold_to must not exceed compact_at (a fold would start again at once)"
@@ -95,7 +98,9 @@ def _check_config(config: ShortTermConfig) -> None:
             continue
         good = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
         if not good or not isinstance(value, (int, float)) or (math.isinf(value) and not may_be_inf):
-            raise ConfigurationError(f"ShortTermConfig.{name} must be a positive number of seconds, got {value!r}")
+            raise ConfigurationError(
+                f"ShortTermConfig.{name} must be a positive number of seconds, got {short_repr(value)}"
+            )
     if config.on_error is not None and not callable(config.on_error):
         raise ConfigurationError("ShortTermConfig.on_error must be callable")
     resolve_tokenizer(config.tokenizer)  # a bad choice fails here, not at open

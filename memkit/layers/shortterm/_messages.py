@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeAlias
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit.errors import ContentError
 
 __all__ = [
@@ -91,7 +92,7 @@ def _parse(message: MessageInput, max_chars: int) -> list[Message]:
     given_role = message.get("role")
     role = _ROLES.get(given_role) if isinstance(given_role, str) else None
     if role is None:
-        raise ContentError(f"message role must be one of {sorted(_ROLES)}, got {message.get('role')!r}")
+        raise ContentError(f"message role must be one of {sorted(_ROLES)}, got {short_repr(message.get('role'))}")
     content = message.get("content")
     if isinstance(content, list):
         return [_checked(m, max_chars) for m in _from_blocks(role, content, message)]
@@ -126,12 +127,12 @@ def _from_blocks(role: str, blocks: list[Any], message: Mapping[str, Any]) -> li
         elif kind == "tool_result" and role == "user":
             is_error = block.get("is_error", False)
             if not isinstance(is_error, bool):
-                raise ContentError(f"a tool_result's is_error must be true or false, got {is_error!r}")
+                raise ContentError(f"a tool_result's is_error must be true or false, got {short_repr(is_error)}")
             results.append(Message(role="tool", content=_result_text(block.get("content")),
                                    tool_call_id=_required_str(block, "tool_use_id"), is_error=is_error))  # fmt: skip
         else:
             raise ContentError(
-                f"unsupported content block {kind!r} in a {role} message; short-term memory keeps text, "
+                f"unsupported content block {short_repr(kind)} in a {role} message; short-term memory keeps text, "
                 "tool_use (assistant) and tool_result (user) blocks"
             )
     text = "\n".join(texts)
@@ -182,7 +183,7 @@ def _optional_str(value: object, what: str) -> str | None:
 
 def _checked(message: Message, max_chars: int) -> Message:
     if message.role not in ("system", "user", "assistant", "tool"):
-        raise ContentError(f"message role must be system, user, assistant or tool, got {message.role!r}")
+        raise ContentError(f"message role must be system, user, assistant or tool, got {short_repr(message.role)}")
     if not isinstance(message.content, str):
         raise ContentError(f"message content must be a string, got {type(message.content).__name__}")
     if message.role == "tool" and not message.tool_call_id:

@@ -19,6 +19,7 @@ import anyio.to_thread
 import msgspec
 
 from memkit._background import BackgroundTask
+from memkit._repr import short_repr
 from memkit._time import new_id
 from memkit.errors import ConflictError, SummarizerError, ValidationError
 from memkit.layers._cas import ATTEMPTS, backoff
@@ -184,7 +185,7 @@ class ShortTermSession:
         """The session within its token budget, ready to send. ``"anthropic"`` gives the messages with the
         system prompt as ``.system``: ``client.messages.create(system=msgs.system, messages=msgs, ...)``."""
         if format not in ("openai", "anthropic"):
-            raise ValidationError(f"format must be 'openai' or 'anthropic', got {format!r}")
+            raise ValidationError(f"format must be 'openai' or 'anthropic', got {short_repr(format)}")
         state = await self._load()
         config, tokenizer = self._layer.config, self._layer.tokenizer
         window = fit_window(
@@ -276,7 +277,9 @@ class ShortTermSession:
         except Exception as exc:
             raise SummarizerError(f"the summariser failed: {type(exc).__name__}: {exc}") from exc
         if not isinstance(summary, str) or not summary.strip():
-            raise SummarizerError(f"the summariser returned {summary!r:.200}, not a summary; the turns stay unfolded")
+            raise SummarizerError(
+                f"the summariser returned {short_repr(summary)}, not a summary; the turns stay unfolded"
+            )
         try:
             msgspec.msgpack.encode(summary)
         except UnicodeEncodeError as exc:

@@ -17,6 +17,7 @@ many writes, the oldest entries beyond it are deleted.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import logging
 import time
@@ -27,10 +28,11 @@ import anyio
 import msgspec
 
 from memkit._background import BackgroundTask
+from memkit._repr import short_repr
 from memkit._time import new_id
-from memkit._validation import MAX_ID_CHARS, check_text
+from memkit._validation import MAX_ID_CHARS, check_decode_type, check_text
 from memkit.backend import Backend
-from memkit.errors import BackendError, CachedToolError, ValidationError
+from memkit.errors import BackendError, CachedToolError, NotOpenError, ValidationError
 from memkit.layers.toolcache._config import CacheStats, ToolCacheConfig, ToolStats
 from memkit.layers.toolcache._keys import canonical_arguments, entry_key, namespace_prefix, tool_prefix
 
@@ -113,7 +115,7 @@ class _Lease:
                 ):
                     log.warning("memkit: the lease of a running tool call was lost; another worker may run it too")
                     return
-            except BackendError as exc:  # try again at the next renewal
+            except (BackendError, NotOpenError) as exc:  # try again at the next renewal (closed: it expires)
                 log.warning("memkit: renewing a tool call's lease failed: %s", exc)
                 continue
             self.value = renewed
@@ -122,7 +124,7 @@ class _Lease:
         try:
             if await self.backend.kv_get(LEASES, self.key) == self.value:  # not a lease taken after ours expired
                 await self.backend.kv_delete(LEASES, self.key)
-        except BackendError as exc:  # it expires on its own
+        except (BackendError, NotOpenError) as exc:  # it expires on its own
             log.warning("memkit: releasing a tool call's lease failed (it expires by itself): %s", exc)
 
 
@@ -164,6 +166,12 @@ class ToolCache:
         (once, however many callers ask at the same time). ``type`` decodes a cached result (default: builtins)."""
         key = self._key(tool, arguments, version, namespace)
         ttl = self._ttl(tool, ttl_s)
+        # Checked before the lookup: type=5 ran the tool and cached its result, then failed every later call.
+        check_decode_type(type)
+        if not callable(run):
+            raise ValidationError(
+                f"run must be an async function taking no arguments, got {builtins.type(run).__name__}"
+            )
         stats = self._stats.setdefault(tool, ToolStats())
         while True:
             found = await self._lookup(key, tool, type)
@@ -211,13 +219,13 @@ class ToolCache:
         check_text(tool, "tool", MAX_ID_CHARS)
         check_text(namespace, "namespace", MAX_ID_CHARS)
         if not isinstance(version, str):
-            raise ValidationError(f"version must be a string, got {version!r}")
+            raise ValidationError(f"version must be a string, got {short_repr(version)}")
         return entry_key(namespace, tool, version, canonical_arguments(tool, arguments))
 
     def _ttl(self, tool: str, ttl_s: float | None) -> float:
         ttl = ttl_s if ttl_s is not None else self.config.ttls.get(tool, self.config.default_ttl_s)
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < 1e10:
-            raise ValidationError(f"ttl_s must be a positive number of seconds, got {ttl!r}")
+            raise ValidationError(f"ttl_s must be a positive number of seconds, got {short_repr(ttl)}")
         return float(ttl)
 
     async def _lookup(self, key: str, tool: str, as_type: Any, *, hit: bool = True) -> Any:
@@ -336,7 +344,7 @@ class ToolCache:
             if self._writes[namespace] >= max(self.config.max_entries // 10, 1):
                 self._writes[namespace] = 0
                 await self._trim(namespace_prefix(namespace))
-        except BackendError as exc:
+        except (BackendError, NotOpenError) as exc:  # closed meanwhile: the outcome still stands
             log.warning("memkit: a tool result could not be cached (%s); the call itself succeeded", exc)
 
     async def _trim(self, prefix: str) -> None:

@@ -6,6 +6,7 @@ import math
 
 import msgspec
 
+from memkit._repr import short_repr
 from memkit.errors import ConfigurationError
 
 __all__ = ["CacheStats", "ToolCacheConfig", "ToolStats"]
@@ -28,18 +29,27 @@ class ToolCacheConfig(msgspec.Struct, frozen=True, kw_only=True):
     """How often a worker waiting for another worker's call looks for its result."""
 
     def __post_init__(self) -> None:
+        # A dict of tool name -> seconds, checked first: ttls=None raised AttributeError on .items() below.
+        if not isinstance(self.ttls, dict) or not all(isinstance(k, str) for k in self.ttls):
+            raise ConfigurationError(
+                f"ToolCacheConfig.ttls must be a dict of tool name -> seconds, got {short_repr(self.ttls)}"
+            )
         seconds = {"default_ttl_s": self.default_ttl_s, "error_ttl_s": self.error_ttl_s, "lease_s": self.lease_s,
-                   "poll_s": self.poll_s, **{f"ttls[{k!r}]": v for k, v in self.ttls.items()}}  # fmt: skip
+                   "poll_s": self.poll_s, **{f"ttls[{short_repr(k)}]": v for k, v in self.ttls.items()}}  # fmt: skip
         for name, value in seconds.items():
             good = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not good or not math.isfinite(value) or not 0 < value < 1e10:
-                raise ConfigurationError(f"ToolCacheConfig.{name} must be a positive number of seconds, got {value!r}")
+                raise ConfigurationError(
+                    f"ToolCacheConfig.{name} must be a positive number of seconds, got {short_repr(value)}"
+                )
         if isinstance(self.max_entries, bool) or not isinstance(self.max_entries, int) or self.max_entries < 1:
             raise ConfigurationError(
-                f"ToolCacheConfig.max_entries must be a positive integer, got {self.max_entries!r}"
+                f"ToolCacheConfig.max_entries must be a positive integer, got {short_repr(self.max_entries)}"
             )
         if not isinstance(self.cache_errors, bool):
-            raise ConfigurationError(f"ToolCacheConfig.cache_errors must be True or False, got {self.cache_errors!r}")
+            raise ConfigurationError(
+                f"ToolCacheConfig.cache_errors must be True or False, got {short_repr(self.cache_errors)}"
+            )
 
 
 class ToolStats(msgspec.Struct, kw_only=True):

@@ -8,6 +8,8 @@ import typing
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from memkit._repr import short_repr
+from memkit._validation import check_decode_type
 from memkit.errors import ValidationError
 
 if TYPE_CHECKING:
@@ -27,7 +29,7 @@ def cache_function(
     name defaults to the function's module and qualified name; a method's ``self``/``cls`` is not in the key
     (instances whose results differ need their own ``namespace`` or ``version``)."""
     if not inspect.iscoroutinefunction(fn):
-        raise ValidationError(f"@cached takes an async function; {getattr(fn, '__name__', fn)!r} is not one")
+        raise ValidationError(f"@cached takes an async function; {short_repr(getattr(fn, '__name__', fn))} is not one")
     unknown = set(options) - _OPTIONS
     if unknown:
         raise ValidationError(f"@cached takes {sorted(_OPTIONS)}, not {sorted(unknown)}")
@@ -40,8 +42,8 @@ def cache_function(
     first = next(iter(signature.parameters), None)
     skip_self = first in ("self", "cls")  # a method's object is not an argument of the call
     try:
-        returns = typing.get_type_hints(fn).get("return", Any)
-    except Exception:  # an annotation that cannot be resolved here: results come back as builtins
+        returns = check_decode_type(typing.get_type_hints(fn).get("return", Any))
+    except Exception:  # an annotation unresolvable here, or not one msgspec decodes: results come back as builtins
         returns = Any
 
     @functools.wraps(fn)
