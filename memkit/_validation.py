@@ -40,7 +40,7 @@ _json_encode = msgspec.json.encode
 
 def check_content(content: object, max_chars: int, what: str = "content") -> str:
     if not _plain_text(content):
-        raise ContentError(f"{what} must be a string, got {type(content).__name__}")
+        raise ContentError(f"{what} must be a string, got {type(content).__name__}{_as_str_hint(content)}")
     if not content.strip():
         raise ContentError(f"{what} is empty")
     if len(content) > max_chars:
@@ -56,6 +56,12 @@ def _plain_text(value: object) -> TypeGuard[str]:
     """A ``str``, or a member of a ``str`` Enum: what every backend's encoder writes as text. Other ``str``
     subclasses were accepted, then refused by the encoder with a TypeError (or lost in a background write)."""
     return type(value) is str or (isinstance(value, str) and isinstance(value, Enum))
+
+
+def _as_str_hint(value: object) -> str:
+    """For a ``str`` subclass (``numpy.str_`` from an array, say): what to do about it."""
+    return "; pass str(value) (a str subclass other than a str Enum member is not stored)" if isinstance(
+        value, str) else ""  # fmt: skip
 
 
 def _encodable(text: str) -> bool:
@@ -247,7 +253,8 @@ def check_text(
 ) -> str:
     """A short non-empty string without NUL (ids, kinds, sources, thread names): one rule on every backend."""
     if not _plain_text(value) or not value:
-        raise error(f"{what} must be a non-empty string, got {type(value).__name__} {_short(value)}")
+        raise error(f"{what} must be a non-empty string, got {type(value).__name__} {_short(value)}"
+                    f"{_as_str_hint(value)}")  # fmt: skip
     if len(value) > max_chars:
         raise error(f"{what} has {len(value)} characters; the limit is {max_chars}")
     if "\x00" in value:

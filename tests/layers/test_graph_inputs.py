@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from memkit import ContentError, Memkit, ScopeError, ValidationError
@@ -116,6 +117,8 @@ async def test_text_is_a_str_or_a_str_enum_member(mem: Memkit) -> None:
         await mem.long_term.store("Ada has a cat", kind=Sub("fact"), user_id="u")
     with pytest.raises(ScopeError, match="user_id"):
         await mem.long_term.store("Ada has a cat", user_id=Sub("u"))
+    with pytest.raises(ScopeError, match=r"pass str\(value\)"):  # an id read from a numpy array
+        await mem.long_term.store("Ada has a cat", user_id=np.array(["u"])[0])
     assert (await mem.long_term.list(user_id="u")).memories == []
     result = await mem.long_term.store("Ada has a cat", kind=Kind.FACT, user_id="u")
     assert result.memory is not None
