@@ -108,10 +108,11 @@ async def test_two_clients_upgrading_at_once(tmp_path: Path) -> None:
         async with opened(path) as backend:
             counts.append(await backend.count("memories", Scope(user_id="u")))
 
+    # Switching the old file to WAL races too: SQLite answers "locked" at once there, without its busy handler.
     async with anyio.create_task_group() as group:
-        for _ in range(3):
+        for _ in range(6):
             group.start_soon(client)
-    assert counts == [1, 1, 1] and meta(path, "schema_version") == 3
+    assert counts == [1] * 6 and meta(path, "schema_version") == 3
 
 
 async def test_a_newer_file_is_refused(tmp_path: Path) -> None:

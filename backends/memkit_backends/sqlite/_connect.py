@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 
 from memkit.errors import BackendError, BackendRefusedError, BackendTimeoutError, BackendUnavailableError
 
@@ -37,7 +38,7 @@ def unwritable_reason(path: str) -> tuple[type[BackendError], str] | None:
 def driver_error(path: str, timeout_s: float, exc: sqlite3.Error) -> BackendError:
     """The memkit error for a driver error (the caller chains it)."""
     message = str(exc)
-    if isinstance(exc, sqlite3.OperationalError) and ("locked" in message or "busy" in message):
+    if _is_locked(exc):
         return BackendTimeoutError(
             f"{path} stayed locked by another connection for {timeout_s:g} s (raise ?timeout=): {exc}"
         )
@@ -60,10 +61,36 @@ def connect(path: str, timeout_s: float, synchronous: str) -> sqlite3.Connection
     conn = None
     try:
         conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode = WAL")
+        _enter_wal(conn, timeout_s)
         conn.execute(f"PRAGMA synchronous = {synchronous}")
     except sqlite3.Error as exc:
         if conn is not None:
             conn.close()
         raise driver_error(path, timeout_s, exc) from exc
     return conn
+
+
+def _is_locked(exc: sqlite3.Error) -> bool:
+    message = str(exc)
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in message or "busy" in message)
+
+
+def _enter_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
+    """Switch to WAL, waiting up to ``timeout_s`` for other connections.
+
+    Switching a rollback-journal file (one an older memkit or another tool wrote) needs an exclusive lock, and SQLite
+    answers "locked" at once, without its busy handler, when waiting could deadlock with another connection's
+    upgrade; several processes opening the same old file at once would fail. So the wait is done here (in a worker
+    thread: sleeping does not block the event loop).
+    """
+    deadline = time.monotonic() + timeout_s
+    delay_s = 0.002
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_locked(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, 0.05)
