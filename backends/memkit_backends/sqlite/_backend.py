@@ -36,6 +36,7 @@ from memkit_backends._embedded.columnar import ColumnarCollection
 from memkit_backends._embedded.indexes import replace_verdict
 from memkit_backends._embedded.nearest import nearest
 from memkit_backends._embedded.options import DTYPE_OPTION, storage_dtype
+from memkit_backends._embedded.priority import QueriesLast
 from memkit_backends.sqlite._cache import DELETIONS_KEPT, RecordCache, log_deletions, prune_deletions
 from memkit_backends.sqlite._codec import record_params
 from memkit_backends.sqlite._connect import connect, driver_error
@@ -70,7 +71,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             raise InvalidURLError(f"timeout={url.options['timeout']!r} in {url}: must be a number of seconds > 0")
         self._synchronous = url.option("synchronous", "normal", choices=_SYNCHRONOUS).upper()
         self._conn: sqlite3.Connection | None = None
-        self._lock = anyio.Lock()
+        self._lock = QueriesLast()  # a store's operations go before queued recalls' queries
         self._cache = RecordCache(self._dtype, self.path)
         self._deletions_since_prune = 0
 
@@ -80,8 +81,8 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         return self._cache.undecodable
 
     # -- plumbing -------------------------------------------------------------------------------
-    async def _run(self, action: Callable[[sqlite3.Connection], T]) -> T:
-        async with self._lock:
+    async def _run(self, action: Callable[[sqlite3.Connection], T], *, query: bool = False) -> T:
+        async with self._lock.hold(query=query):
             conn = self._conn
             if conn is None:
                 # NotOpenError, as Memkit says for use before open / after close (BackendError read as a failure)
@@ -112,7 +113,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         await self._run(work)
 
     async def aclose(self) -> None:
-        async with self._lock:
+        async with self._lock.hold():
             if self._conn is not None:
                 conn, self._conn = self._conn, None
                 await anyio.to_thread.run_sync(conn.close)
@@ -338,7 +339,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         def work(conn: sqlite3.Connection) -> list[Hit]:
             return self._cache.collection(conn, collection).query(query)
 
-        return await self._run(work)
+        return await self._run(work, query=True)
 
     async def nearest(
         self,
