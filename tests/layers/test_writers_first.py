@@ -9,6 +9,7 @@ import anyio.lowlevel
 import pytest
 
 from memkit import Memkit
+from memkit.layers.longterm._locks import WritersFirst
 
 pytestmark = pytest.mark.anyio
 
@@ -42,3 +43,36 @@ async def test_a_store_waits_for_at_most_one_recall_and_recalls_still_advance() 
     between = [events[a + 1 : b].count("R") for a, b in itertools.pairwise(stores)]
     assert max(between) <= 1, between  # with every ready recall going first, each store waited for 4
     assert sum(between) >= (STORES - 1) // 2, between  # the readers were not starved
+
+
+async def test_while_a_write_is_under_way_recalls_rank_one_at_a_time() -> None:
+    """On a server a store's round trips queued behind every reader's search; one search at a time now."""
+    turns = WritersFirst()
+    running, most = 0, 0
+    write_done = anyio.Event()
+
+    async def rank() -> None:
+        nonlocal running, most
+        async with turns.ranking():
+            running += 1
+            most = max(most, running)
+            await anyio.sleep(0.01)  # a search on the server
+            running -= 1
+
+    async def write() -> None:
+        async with turns.writing():
+            await write_done.wait()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(write)
+        await anyio.sleep(0.005)  # the write has taken its turn and is under way
+        for _ in range(3):
+            group.start_soon(rank)
+        await anyio.sleep(0.045)
+        assert most == 1 and turns.active == 1
+        write_done.set()
+    most = 0
+    async with anyio.create_task_group() as group:  # no write: they rank side by side
+        for _ in range(3):
+            group.start_soon(rank)
+    assert most == 3 and turns.active == 0

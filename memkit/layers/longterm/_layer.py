@@ -446,7 +446,7 @@ class LongTermMemory:
         if as_of is not None:
             check_moment(as_of, "as_of")
         wanted = build_filters(check_kinds(kinds), check_metadata_filter(metadata))
-        await self._locks.reader_turn()
+        await anyio.lowlevel.checkpoint()
         [vector] = await self._embed([query_text])
         backend_query = Query(
             scope=scope, all_scopes=all_scopes, vector=vector, text=query_text,
@@ -460,10 +460,12 @@ class LongTermMemory:
         async def rank(query: Query, k: int) -> Any:
             return await self._rank(query, k, windows)
 
-        if check_flag(include_superseded, "include_superseded"):
-            ranked = await rank(backend_query, k)
-        else:
-            ranked = await current_only(rank, backend_query, k)
+        superseded_too = check_flag(include_superseded, "include_superseded")
+        async with self._locks.turns.ranking():  # writes first: see WritersFirst
+            if superseded_too:
+                ranked = await rank(backend_query, k)
+            else:
+                ranked = await current_only(rank, backend_query, k)
         hits = [to_hit(hit, *boosts) for hit, boosts in ranked]
         if self._access is not None and self.config.track_access and hits:
             self._access.touch(self.backend, self._collection, [hit.memory.id for hit in hits])
