@@ -112,6 +112,13 @@ for i = 1, #KEYS, 2 do
 end
 return 0
 """
+_CREATE: Final = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('SET', KEYS[2], ARGV[1])
+return 1
+"""
+"""Create-if-absent in one round trip (KEYS: hash, body; ARGV: body, then the hash's field-value pairs)."""
 
 
 class RedisBackend(KeyValueFace, Backend):
@@ -128,6 +135,7 @@ class RedisBackend(KeyValueFace, Backend):
         self._has_search = False
         self._touch = self._client.register_script(_TOUCH)  # EVALSHA: the script is sent once per server
         self._get_script = self._client.register_script(_GET)
+        self._create = self._client.register_script(_CREATE)
 
     async def open(self) -> None:
         try:
@@ -213,6 +221,12 @@ class RedisBackend(KeyValueFace, Backend):
         self._require_search()
         await self._ensure_for(collection, [record])
         key, body_key = collection_prefix(collection) + record.id, body_prefix_of(collection) + record.id
+        # A new memory is created if absent (every store() of one): a script, one round trip; the general
+        # case below is WATCH, two reads and MULTI/EXEC, four, each queued behind other clients' searches.
+        if expected_body is None:
+            pairs = [x for item in encode_record(record).items() for x in item]
+            if await self._create([key, body_key], [record.body, *pairs]):
+                return True  # else the record exists: the general case tells a retry from a conflict
         async with self._client.pipeline(transaction=True) as pipe:
             try:
                 await pipe.watch(key, body_key)  # WATCH/MULTI: EXEC fails if anyone wrote them meanwhile
