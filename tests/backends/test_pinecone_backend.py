@@ -26,6 +26,7 @@ from memkit.errors import (
     ConfigurationError,
     ContentError,
     DimensionMismatchError,
+    NotOpenError,
 )
 from memkit.testing import make_record
 from memkit.testing.pinecone_double import PineconeDouble
@@ -171,3 +172,11 @@ async def test_a_query_without_a_vector_scores_the_whole_scope(backend: Backend)
     hits = await backend.query("c", Query(scope=Scope(user_id="alice"), text="words", weights=only, k=3,
                                           now=time.time()))  # fmt: skip
     assert [h.record.id for h in hits] == ["i9", "i8", "i7"] and all(h.scores.lexical == 0.0 for h in hits)
+
+
+async def test_a_closed_backend_says_not_open(double: PineconeDouble) -> None:
+    async with open_backend(double.storage_url(namespace=f"t{uuid.uuid4().hex[:12]}")) as closed:
+        await closed.upsert("c", [make_record("r", seed=1)])
+    for call in (closed.get("c", ["r"]), closed.upsert("c", [make_record("s", seed=2)])):
+        with pytest.raises(NotOpenError, match="not open"):
+            await call

@@ -26,6 +26,7 @@ from memkit.errors import (
     CapabilityError,
     ConfigurationError,
     DimensionMismatchError,
+    NotOpenError,
 )
 from memkit.testing import make_record
 from memkit.testing.weaviate_double import WeaviateDouble
@@ -321,3 +322,11 @@ async def test_clients_creating_one_collection_at_once_all_succeed(double: Weavi
         assert [r.id for r in await third.get("shared", ["r"])] == ["r"]
         with pytest.raises(DimensionMismatchError):
             await second.ensure_collection("shared", 16)
+
+
+async def test_a_closed_backend_says_not_open(double: WeaviateDouble) -> None:
+    async with open_backend(fresh(double)) as closed:
+        await closed.upsert("c", [make_record("r", seed=1)])
+    for call in (closed.get("c", ["r"]), closed.upsert("c", [make_record("s", seed=2)])):
+        with pytest.raises(NotOpenError, match="not open"):
+            await call

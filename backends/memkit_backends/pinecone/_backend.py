@@ -48,7 +48,7 @@ from memkit.backend import (
     require_scope,
     scope_matches,
 )
-from memkit.errors import ConfigurationError, DimensionMismatchError, ValidationError
+from memkit.errors import ConfigurationError, DimensionMismatchError, NotOpenError, ValidationError
 from memkit_backends._server.records_only import RecordsOnlyBackend
 from memkit_backends.pinecone import _scan
 from memkit_backends.pinecone._connect import open_index, settings_of
@@ -120,7 +120,7 @@ class PineconeBackend(RecordsOnlyBackend):
     @property
     def _io(self) -> IndexIO:
         if self._index is None:
-            raise ConfigurationError(f"{self.url} is not open: use 'async with open_backend(...)' first")
+            raise NotOpenError(f"{self.url} is not open (never opened, or closed): use 'async with open_backend(...)'")
         return self._index
 
     def _namespace(self, collection: str) -> str:

@@ -53,7 +53,7 @@ from memkit.backend import (
     require_scope,
     scope_matches,
 )
-from memkit.errors import ConfigurationError, DimensionMismatchError, ValidationError
+from memkit.errors import ConfigurationError, DimensionMismatchError, NotOpenError, ValidationError
 from memkit_backends._server.records_only import RecordsOnlyBackend
 from memkit_backends.weaviate import _scan
 from memkit_backends.weaviate._connect import collection_schema, open_client, stored_dim
@@ -108,7 +108,7 @@ class WeaviateBackend(RecordsOnlyBackend):
 
     def _io(self, name: str) -> CollectionIO:
         if self._client is None:
-            raise ConfigurationError(f"{self.url} is not open: use 'async with open_backend(...)' first")
+            raise NotOpenError(f"{self.url} is not open (never opened, or closed): use 'async with open_backend(...)'")
         handle = self._client.collections.use(name)
         return CollectionIO(handle, batch=self._settings.batch, concurrency=self._settings.concurrency)
 
@@ -120,7 +120,7 @@ class WeaviateBackend(RecordsOnlyBackend):
         if name in self._dims:
             return True
         if self._client is None:
-            raise ConfigurationError(f"{self.url} is not open: use 'async with open_backend(...)' first")
+            raise NotOpenError(f"{self.url} is not open (never opened, or closed): use 'async with open_backend(...)'")
         if not await self._client.collections.exists(name):
             return False
         config = await self._client.collections.use(name).config.get(simple=True)
