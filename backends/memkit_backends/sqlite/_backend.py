@@ -48,6 +48,8 @@ __all__ = ["SQLiteBackend"]
 T = TypeVar("T")
 OPTIONS: Final = (DTYPE_OPTION, "timeout", "synchronous")
 _SYNCHRONOUS: Final = ("off", "normal", "full", "extra")
+_TOUCH_SLICE: Final = 64
+"""Access counts written per transaction (a store() waits for at most one slice, ~3 ms)."""
 _Apply = Callable[[], object]
 """What a write does to the arrays once its transaction committed."""
 
@@ -245,11 +247,16 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         )
 
     async def touch(self, collection: str, counts: Mapping[str, int], at: float) -> None:
-        if not counts:
-            return
         if not math.isfinite(at):
             raise ValidationError(f"touch time must be a finite number, got {at!r}")
+        items = list(counts.items())
+        # Statistics wait behind writes and queries alike (low priority) and are written a slice per
+        # transaction: each updated row is rewritten whole, so 2,000 counts held the one connection for
+        # ~80 ms, and a store() arriving then waited for all of it (its p99 under a recall load 4.5x).
+        for start in range(0, len(items), _TOUCH_SLICE):
+            await self._touch_slice(collection, dict(items[start : start + _TOUCH_SLICE]), at)
 
+    async def _touch_slice(self, collection: str, counts: Mapping[str, int], at: float) -> None:
         def write(conn: sqlite3.Connection, cache: ColumnarCollection) -> _Apply:
             live = {record_id: int(count) for record_id, count in counts.items() if record_id in cache}
             if live:
@@ -263,7 +270,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
                 )
             return lambda: cache.touch(live, at)
 
-        await self._write_async(collection, write)
+        await self._run(lambda conn: self._write(conn, collection, lambda cache: write(conn, cache)), query=True)
 
     # -- deletes --------------------------------------------------------------------------------
     async def delete(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> int:
