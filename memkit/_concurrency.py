@@ -7,9 +7,10 @@ from typing import TypeVar
 
 import anyio
 
-__all__ = ["gather_bounded"]
+__all__ = ["both", "gather_bounded"]
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 async def gather_bounded(calls: Sequence[Callable[[], Awaitable[T]]], limit: int) -> list[T]:
@@ -39,3 +40,9 @@ async def gather_bounded(calls: Sequence[Callable[[], Awaitable[T]]], limit: int
     if failures:
         raise failures[0]
     return results  # type: ignore[return-value]  # every slot was filled: no call failed
+
+
+async def both(first: Callable[[], Awaitable[T]], second: Callable[[], Awaitable[U]]) -> tuple[T, U]:
+    """Two calls of different result types side by side (``gather_bounded``'s failure rules)."""
+    a, b = await gather_bounded([first, second], limit=2)
+    return a, b  # type: ignore[return-value]  # in order: the first call's result, then the second's

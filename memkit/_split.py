@@ -30,7 +30,8 @@ class SplitBackend(Backend):
         r, k = self.records.capabilities, self.keys.capabilities
         return Capabilities(records=r.records, kv=k.kv, vector_search=r.vector_search, text_search=r.text_search,
                             filtered_scan=r.filtered_scan, atomic_replace=r.atomic_replace and k.atomic_replace,
-                            ttl=k.ttl, persistent=r.persistent and k.persistent, cheap_scans=r.cheap_scans)  # fmt: skip
+                            ttl=k.ttl, persistent=r.persistent and k.persistent, cheap_scans=r.cheap_scans,
+                            concurrent_requests=r.concurrent_requests)  # fmt: skip
 
     def __repr__(self) -> str:
         return f"SplitBackend(records={self.records!r}, keys={self.keys!r})"

@@ -117,6 +117,11 @@ class Capabilities(msgspec.Struct, frozen=True, kw_only=True):
     cheap_scans: bool = False
     """A filtered scan is answered from an index in this process's memory, at about the cost of a read by id
     (memory://): a layer need not write extra records to spare its reads a scan."""
+    concurrent_requests: bool = False
+    """Operations wait on a server that serves several at once (a connection pool): independent reads issued
+    side by side overlap their waits. An in-process store (memory://, SQLite's one connection) serves one at a
+    time and waits for nothing; a layer reads from it one call after another (a task per call only added
+    turns of the event loop, each behind every other ready task)."""
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -42,3 +42,16 @@ async def test_the_first_failure_is_raised_as_it_is_and_the_rest_are_cancelled()
         with pytest.raises(ContentError, match="bad item"):  # not an ExceptionGroup
             await gather_bounded([slow, fails, slow], limit=3)
     assert finished == []
+
+
+async def test_both_returns_two_results_of_different_types_in_order() -> None:
+    from memkit._concurrency import both
+
+    async def number() -> int:
+        await anyio.sleep(0.02)
+        return 7
+
+    async def word() -> str:
+        return "seven"
+
+    assert await both(number, word) == (7, "seven")

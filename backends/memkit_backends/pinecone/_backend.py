@@ -68,7 +68,8 @@ from memkit_backends.pinecone._search import PineconeSearch
 __all__ = ["CAPABILITIES", "PineconeBackend"]
 
 CAPABILITIES: Final = Capabilities(records=True, kv=False, vector_search=True, text_search=False,
-                                   filtered_scan=False, atomic_replace=False, ttl=False, persistent=True)  # fmt: skip
+                                   filtered_scan=False, atomic_replace=False, ttl=False, persistent=True,
+                                   concurrent_requests=True)  # fmt: skip
 
 
 def _stored_ids(ids: Sequence[str]) -> dict[str, str]:

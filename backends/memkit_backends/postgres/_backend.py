@@ -54,7 +54,7 @@ def _status_count(status: str) -> int:
 class PostgresBackend(PostgresKeyValue):
     capabilities = Capabilities(
         records=True, kv=True, vector_search=True, text_search=True, filtered_scan=True, atomic_replace=True,
-        ttl=True, persistent=True,
+        ttl=True, persistent=True, concurrent_requests=True,
     )  # fmt: skip
 
     def __init__(self, url: StorageURL) -> None:

@@ -71,9 +71,9 @@ from memkit_backends.redis._search import HybridSearch, pipeline
 __all__ = ["PLAIN", "STACK", "RedisBackend"]
 
 STACK: Final = Capabilities(records=True, kv=True, vector_search=True, text_search=True, filtered_scan=True,
-                            atomic_replace=True, ttl=True, persistent=True)  # fmt: skip
+                            atomic_replace=True, ttl=True, persistent=True, concurrent_requests=True)  # fmt: skip
 PLAIN: Final = Capabilities(records=False, kv=True, vector_search=False, text_search=False, filtered_scan=False,
-                            atomic_replace=True, ttl=True, persistent=True)  # fmt: skip
+                            atomic_replace=True, ttl=True, persistent=True, concurrent_requests=True)  # fmt: skip
 """A Redis without the search module: the key-value face alone."""
 _NO_SEARCH: Final = "this Redis has no search module; records need Redis 8 or Redis Stack (key-value works without it)"
 # Per id: count += ARGV[i + 1], last = max(last, ARGV[1]), only for records that exist (KEYS: record,

@@ -67,7 +67,8 @@ from memkit_backends.weaviate._search import WeaviateSearch
 __all__ = ["CAPABILITIES", "WeaviateBackend"]
 
 CAPABILITIES: Final = Capabilities(records=True, kv=False, vector_search=True, text_search=True,
-                                   filtered_scan=True, atomic_replace=False, ttl=False, persistent=True)  # fmt: skip
+                                   filtered_scan=True, atomic_replace=False, ttl=False, persistent=True,
+                                   concurrent_requests=True)  # fmt: skip
 _COUNTERS: Final = ("v", "rid", "n", "la")
 
 

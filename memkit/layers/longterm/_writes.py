@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from memkit._concurrency import gather_bounded
+from memkit._concurrency import both, gather_bounded
 from memkit._time import now_epoch, utcnow
 from memkit._validation import (
     check_content,
@@ -128,14 +128,14 @@ async def store_batch(
         records = [to_record(m, v) for memories, vectors in groups for m, v in zip(memories, vectors, strict=True)]
         await backend.upsert(collection, records)
         return [[StoreResult(status="stored", memory=m) for m in memories] for memories, _ in groups]
-    # Scopes are planned side by side: on a server each plan is 3 round trips (at 100k rows on Postgres,
-    # 100 scopes one after another were most of a batch); in-process backends never wait, so nothing changes.
+    # Scopes are planned side by side on a server: each plan is 2-3 round trips (at 100k rows on Postgres,
+    # 100 scopes one after another were most of a batch); in process one after another, without tasks.
     plans = await gather_bounded(
         [
             functools.partial(_plan_group, backend, config, memories, vectors, exclude=exclude, reembed=reembed)
             for memories, vectors in groups
         ],
-        limit=_PLANS_AT_ONCE,
+        limit=_PLANS_AT_ONCE if backend.capabilities.concurrent_requests else 1,
     )
     await _write_fresh(backend, collection, plans)
     for plan in plans:
@@ -151,7 +151,13 @@ async def _plan_group(
 ) -> _Plan:  # fmt: skip
     """Sort one scope's memories into duplicates, merges (into stored memories or earlier items) and new ones."""
     plan = _Plan(results=[None] * len(memories), fresh={}, merges=defaultdict(list))
-    stored = await _existing(backend, config.collection, memories)
+    scope, side_by_side = memories[0].scope, backend.capabilities.concurrent_requests
+    near_all: list[list[tuple[str, float]]] | None = None
+    if side_by_side:  # duplicates and neighbours in one wait on a server, not three (see _existing)
+        stored, near_all = await both(functools.partial(_existing, backend, config.collection, memories),
+                                      functools.partial(_nearest, backend, config, scope, vectors))  # fmt: skip
+    else:
+        stored = await _existing(backend, config.collection, memories)
     pending: list[int] = []
     for at, memory in enumerate(memories):
         key = dedupe_key(memory.content)
@@ -159,8 +165,12 @@ async def _plan_group(
             plan.results[at] = StoreResult(status="duplicate", memory=stored[key])
         else:
             pending.append(at)
-    near = await _stored_neighbours(backend, config, [memories[i] for i in pending], [vectors[i] for i in pending],
-                                    exclude=exclude, reembed=reembed)  # fmt: skip
+    if near_all is None:
+        found = await _nearest(backend, config, scope, [vectors[i] for i in pending])
+    else:
+        found = [near_all[i] for i in pending]
+    near = await _stored_neighbours(backend, config, [memories[i] for i in pending], found, exclude=exclude,
+                                    reembed=reembed)  # fmt: skip
     if any(memories[i].context is not None for i in pending):  # contents alone decide (see _shown_similarity)
         batch = np.asarray(await reembed([memories[i].content for i in pending]), dtype=np.float32)
         batch /= np.maximum(np.linalg.norm(batch, axis=1, keepdims=True), 1e-12)
@@ -188,25 +198,52 @@ async def _plan_group(
 
 
 async def _existing(backend: Backend, collection: str, memories: list[Memory]) -> dict[str, Memory]:
-    """Stored memories of this scope with the same text as any of ``memories``, by dedupe key."""
+    """Stored memories of this scope with the same text as any of ``memories``, by dedupe key: read by id, then
+    scanned by key for those not found (a memory merged into keeps its id). On a server both reads are made
+    at once: under a recall load each wait queued behind the readers' work (store() p99 3.2 -> 2.4x its p99
+    alone on Redis, and 2.5 -> 1.6 ms alone)."""
     scope, now = memories[0].scope, now_epoch()
+    keys = sorted({dedupe_key(m.content) for m in memories})
+
+    async def by_id() -> list[Record]:
+        return await backend.get(collection, list(dict.fromkeys(m.id for m in memories)), scope)
+
+    async def by_key(wanted: list[str]) -> list[Record]:
+        page = await backend.scan(collection, scope, filters={"dedupe": tuple(wanted)}, limit=2 * len(wanted), now=now)
+        return page.records
+
+    scanned: list[Record] | None = None
+    if backend.capabilities.concurrent_requests:
+        read, scanned = await both(by_id, functools.partial(by_key, keys))
+    else:
+        read = await by_id()
     found: dict[str, Memory] = {}
-    for record in await backend.get(collection, list(dict.fromkeys(m.id for m in memories)), scope):
+    for record in read:
         if record.scope == scope and not record.is_expired(now) and not is_superseded(record):
             memory = decode(record)
             found[dedupe_key(memory.content)] = memory
-    keys = sorted({dedupe_key(m.content) for m in memories} - found.keys())
-    if keys:
-        page = await backend.scan(collection, scope, filters={"dedupe": tuple(keys)}, limit=2 * len(keys), now=now)
-        for record in page.records:
-            if record.scope == scope and not is_superseded(record):
-                memory = decode(record)
-                found.setdefault(dedupe_key(memory.content), memory)
+    if scanned is None:
+        missing = [key for key in keys if key not in found]
+        scanned = await by_key(missing) if missing else []
+    for record in scanned:
+        if record.scope == scope and not is_superseded(record):
+            memory = decode(record)
+            found.setdefault(dedupe_key(memory.content), memory)
     return found
 
 
+async def _nearest(
+    backend: Backend, config: LongTermConfig, scope: Scope, vectors: list[Any]
+) -> list[list[tuple[str, float]]]:
+    """The ids (and similarities) of the stored memories near each vector, over the merge threshold."""
+    if len(vectors) == 0:  # a list, or an array of rows
+        return []
+    return await backend.nearest(config.collection, scope, vectors, k=3, min_similarity=config.merge_threshold,
+                                 now=now_epoch())  # fmt: skip
+
+
 async def _stored_neighbours(
-    backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any], *, exclude: frozenset[str],
+    backend: Backend, config: LongTermConfig, memories: list[Memory], found: list[Any], *, exclude: frozenset[str],
     reembed: Embed,
 ) -> list[str | Memory | None]:  # fmt: skip
     """Per memory (all of one scope): the stored memory it should merge into (its id), the stored memory itself
@@ -215,8 +252,6 @@ async def _stored_neighbours(
     if not memories:
         return []
     scope = memories[0].scope
-    found = await backend.nearest(config.collection, scope, vectors, k=3, min_similarity=config.merge_threshold,
-                                  now=now_epoch())  # fmt: skip
     ids = sorted({record_id for row in found for record_id, _ in row})
     records = {r.id: r for r in await backend.get(config.collection, ids, scope)} if ids else {}
     candidates: list[list[tuple[str, Memory]]] = []
