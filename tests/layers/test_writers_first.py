@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 import pytest
 
 from memkit import Memkit
+from memkit.embedders import HashingEmbedder
 from memkit.layers.longterm._locks import WritersFirst
 
 pytestmark = pytest.mark.anyio
@@ -76,3 +79,41 @@ async def test_while_a_write_is_under_way_recalls_rank_one_at_a_time() -> None:
         for _ in range(3):
             group.start_soon(rank)
     assert most == 3 and turns.active == 0
+
+
+class CountingEmbedder(HashingEmbedder):
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.events: list[str] = []
+
+    async def embed(self, texts: Sequence[str]) -> Any:
+        self.events.append("E")
+        return await super().embed(texts)
+
+
+async def test_recalls_held_back_by_a_waiting_store_do_no_work_before_it() -> None:
+    """A recall let in at its start embedded its query and read its time words before yielding at its
+    ranking; with 4 readers that was 4 embeddings (a sixth of a recall each) ahead of every store."""
+    embedder = CountingEmbedder()
+    async with Memkit("memory://", embedder=embedder) as mem:
+        lt = mem.long_term
+        for i in range(40):
+            await lt.store(f"note {i} about the garden shed and its blue door", user_id=f"u{i % 4}")
+        done = anyio.Event()
+
+        async def reader(n: int) -> None:
+            while not done.is_set():
+                await lt.recall("blue door", user_id=f"u{n}", k=5)
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as group:
+            for n in range(READERS):
+                group.start_soon(reader, n)
+            await anyio.sleep(0.01)
+            for i in range(STORES):
+                embedder.events.append("S")  # a store begins: its own embedding follows
+                await lt.store(f"fresh fact number {i} about the attic", user_id="writer")
+            embedder.events.append("S")  # the last store has returned
+            done.set()
+    between = [run.count("E") - 1 for run in "".join(embedder.events).split("S")[1:-1]]  # less the store's own
+    assert max(between) <= 1, between

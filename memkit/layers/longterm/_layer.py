@@ -446,7 +446,7 @@ class LongTermMemory:
         if as_of is not None:
             check_moment(as_of, "as_of")
         wanted = build_filters(check_kinds(kinds), check_metadata_filter(metadata))
-        await anyio.lowlevel.checkpoint()
+        await self._locks.turns.admitted()  # writes first: see WritersFirst
         [vector] = await self._embed([query_text])
         backend_query = Query(
             scope=scope, all_scopes=all_scopes, vector=vector, text=query_text,

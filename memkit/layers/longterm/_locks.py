@@ -52,6 +52,14 @@ class WritersFirst:
             self.active -= 1
             self._notify()
 
+    async def admitted(self) -> None:
+        """A recall's one yield at its start, repeated while a write waits and a recall already went ahead of
+        it: a recall let in here embedded its query and read its time words (a sixth of a recall on
+        memory://) before the write's turn, though it then yielded at its ranking."""
+        await anyio.lowlevel.checkpoint()
+        while self.waiting and self._passed:
+            await anyio.lowlevel.checkpoint()
+
     @asynccontextmanager
     async def ranking(self) -> AsyncIterator[None]:
         while True:
