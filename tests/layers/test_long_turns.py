@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memkit import ContentError, LongTermConfig, Memkit, Turn, ValidationError, Weights
 from memkit.embedders import CachedEmbedder, HashingEmbedder
@@ -147,6 +149,22 @@ def test_time_expressions_resolve_against_as_of(query: str, inside: str, outside
         return any(start <= moment < end for start, end in windows)
 
     assert covered(inside) and not covered(outside), days(windows)
+
+
+_TIME_WORDS = ["last", "this", "past", "on", "in", "of", "the", "before", "a", "few", "couple", "two", "3", "12th",
+               "2023", "2023-05-03", "ago", "days", "weeks", "month", "year", "weekend", "today", "tonight",
+               "yesterday", "night", "Saturday", "Sundays", "May", "March", "Sept.", "Dec", "early", "I", "cooked",
+               "what", "did", "Mar", "2nd", "of", "during"]  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(_TIME_WORDS), min_size=1, max_size=6))
+def test_the_quick_check_never_hides_a_time_the_patterns_find(words: list[str]) -> None:
+    """``query_windows`` searches once for what every pattern needs before running the eight patterns."""
+    from memkit.layers.longterm._when import _windows
+
+    query = " ".join(words)
+    assert query_windows(query, AS_OF) == _windows(query, AS_OF)
 
 
 @pytest.mark.parametrize("query", ["May I ask what you recommend?", "How do I march in step?", "What is my name?"])

@@ -46,8 +46,18 @@ _IN_MONTH = re.compile(rf"\b(?:(in|during|of|since|early|late|mid|mid-|until|by|
 _ISO = re.compile(r"\b(\d{4})[-/](\d{1,2})[-/](\d{1,2})\b")
 
 
+_MAYBE_TIME = re.compile(r"\d|ago|week|month|year|night|day|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)",
+                         re.IGNORECASE)  # fmt: skip
+"""Something every pattern needs (a digit, "ago", a unit, a day's or a month's name): one search rules out
+most queries, where the eight patterns took 50 µs of a 700 µs recall on memory://."""
+
+
 def query_windows(query: str, as_of: datetime) -> list[tuple[float, float]]:
     """The windows of time ``query`` names, in epoch seconds, resolved against ``as_of`` (aware or UTC)."""
+    return _windows(query, as_of) if _MAYBE_TIME.search(query) else []
+
+
+def _windows(query: str, as_of: datetime) -> list[tuple[float, float]]:
     now = as_of if as_of.tzinfo else as_of.replace(tzinfo=UTC)
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     found: list[tuple[datetime, datetime]] = []
