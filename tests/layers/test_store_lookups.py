@@ -14,7 +14,7 @@ from memkit_backends.memory import MemoryBackend
 from memkit import StorageURL
 from memkit.backend import Backend
 from memkit.embedders import HashingEmbedder
-from memkit.layers.longterm import LongTermMemory
+from memkit.layers.longterm import LongTermMemory, NewMemory
 from memkit.testing import LongTermConformance
 
 pytestmark = pytest.mark.anyio
@@ -66,6 +66,13 @@ async def test_on_a_server_the_three_lookups_of_a_store_are_one_wait() -> None:
     assert merged.status in ("merged", "duplicate") and merged.memory is not None
     assert merged.memory.id == first.memory.id  # type: ignore[union-attr]
     assert len((await lt.list(user_id="ada")).memories) == 1
+
+
+async def test_a_batch_of_several_scopes_overlaps_its_scopes_not_their_lookups() -> None:
+    """Plans side by side and lookups side by side too was 3 requests per plan queued for a small pool."""
+    backend, lt = await _layer(overlaps=True, wait_s=0.02)
+    results = await lt.store_many([NewMemory(content=f"fact {i} about the attic", user_id=f"u{i}") for i in range(3)])
+    assert [r.status for r in results] == ["stored"] * 3 and backend.peak == 3  # one request per scope at a time
 
 
 async def test_in_process_the_lookups_stay_one_after_another() -> None:

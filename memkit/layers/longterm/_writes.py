@@ -128,15 +128,19 @@ async def store_batch(
         records = [to_record(m, v) for memories, vectors in groups for m, v in zip(memories, vectors, strict=True)]
         await backend.upsert(collection, records)
         return [[StoreResult(status="stored", memory=m) for m in memories] for memories, _ in groups]
-    # Scopes are planned side by side on a server: each plan is 2-3 round trips (at 100k rows on Postgres,
-    # 100 scopes one after another were most of a batch); in process one after another, without tasks.
+    # On a server, scopes are planned side by side (at 100k rows on Postgres, 100 scopes one after another
+    # were most of a batch), and one scope's lookups are (a store()); not both: 8 plans of 3 requests each
+    # queued for a pool of 10 (store_many 20% slower). In process everything goes one after another.
+    on_server = backend.capabilities.concurrent_requests
+    overlap = on_server and len(groups) == 1
     plans = await gather_bounded(
         [
-            functools.partial(_plan_group, backend, config, memories, vectors, exclude=exclude, reembed=reembed)
+            functools.partial(_plan_group, backend, config, memories, vectors, exclude=exclude, reembed=reembed,
+                              overlap=overlap)
             for memories, vectors in groups
         ],
-        limit=_PLANS_AT_ONCE if backend.capabilities.concurrent_requests else 1,
-    )
+        limit=_PLANS_AT_ONCE if on_server else 1,
+    )  # fmt: skip
     await _write_fresh(backend, collection, plans)
     for plan in plans:
         for target, newer in plan.merges.items():
@@ -147,17 +151,18 @@ async def store_batch(
 
 async def _plan_group(
     backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any], *, exclude: frozenset[str],
-    reembed: Embed,
+    reembed: Embed, overlap: bool,
 ) -> _Plan:  # fmt: skip
-    """Sort one scope's memories into duplicates, merges (into stored memories or earlier items) and new ones."""
+    """Sort one scope's memories into duplicates, merges (into stored memories or earlier items) and new ones.
+    ``overlap``: the lookups go side by side (see ``_existing``)."""
     plan = _Plan(results=[None] * len(memories), fresh={}, merges=defaultdict(list))
-    scope, side_by_side = memories[0].scope, backend.capabilities.concurrent_requests
+    scope = memories[0].scope
     near_all: list[list[tuple[str, float]]] | None = None
-    if side_by_side:  # duplicates and neighbours in one wait on a server, not three (see _existing)
-        stored, near_all = await both(functools.partial(_existing, backend, config.collection, memories),
+    if overlap:  # duplicates and neighbours in one wait on a server, not three
+        stored, near_all = await both(functools.partial(_existing, backend, config.collection, memories, overlap=True),
                                       functools.partial(_nearest, backend, config, scope, vectors))  # fmt: skip
     else:
-        stored = await _existing(backend, config.collection, memories)
+        stored = await _existing(backend, config.collection, memories, overlap=False)
     pending: list[int] = []
     for at, memory in enumerate(memories):
         key = dedupe_key(memory.content)
@@ -197,11 +202,11 @@ async def _plan_group(
     return plan
 
 
-async def _existing(backend: Backend, collection: str, memories: list[Memory]) -> dict[str, Memory]:
+async def _existing(backend: Backend, collection: str, memories: list[Memory], *, overlap: bool) -> dict[str, Memory]:
     """Stored memories of this scope with the same text as any of ``memories``, by dedupe key: read by id, then
-    scanned by key for those not found (a memory merged into keeps its id). On a server both reads are made
-    at once: under a recall load each wait queued behind the readers' work (store() p99 3.2 -> 2.4x its p99
-    alone on Redis, and 2.5 -> 1.6 ms alone)."""
+    scanned by key for those not found (a memory merged into keeps its id). ``overlap``: both reads at once,
+    with the nearest memories beside them (a store() on a server: under a recall load each of three waits
+    queued behind the readers' work; its p99 3.2 -> 2.4x its p99 alone on Redis, and 2.5 -> 1.6 ms alone)."""
     scope, now = memories[0].scope, now_epoch()
     keys = sorted({dedupe_key(m.content) for m in memories})
 
@@ -213,7 +218,7 @@ async def _existing(backend: Backend, collection: str, memories: list[Memory]) -
         return page.records
 
     scanned: list[Record] | None = None
-    if backend.capabilities.concurrent_requests:
+    if overlap:
         read, scanned = await both(by_id, functools.partial(by_key, keys))
     else:
         read = await by_id()
