@@ -1,12 +1,13 @@
 """Access statistics written in the background, so recall answers without waiting on a write.
 
-Counts are added beside the records (``Backend.touch``: one batched, atomic increment per collection
-that re-indexes nothing), never by rewriting a memory, so they take no write lock and never slow a
-``store()``.
+Counts are added beside the records (``Backend.touch``: batched, atomic increments that re-index nothing),
+never by rewriting a memory, so they take no write lock; they are written in slices, so a ``store()`` on
+a one-connection store waits for one slice at most.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import Counter
 
@@ -18,6 +19,8 @@ from memkit.backend import RecordStore
 __all__ = ["AccessTracker"]
 
 log = logging.getLogger("memkit")
+_SLICE = 64
+"""Counts written per ``touch`` call (on SQLite a store() waits for at most one slice, ~3 ms)."""
 
 
 class AccessTracker:
@@ -54,10 +57,21 @@ class AccessTracker:
         at = now_epoch()
         for key, (store, counts) in list(self._writing.items()):
             try:
-                await store.touch(key[1], dict(counts), at)
+                await self._write_slices(store, key[1], counts, at)
             except Exception:  # statistics must never break the agent
                 log.exception("memkit: could not record access statistics for %d memories", len(counts))
             del self._writing[key]
+
+    @staticmethod
+    async def _write_slices(store: RecordStore, collection: str, counts: Counter[str], at: float) -> None:
+        """``_SLICE`` counts a call, each slice forgotten once written: a flush cancelled half way (``Memkit``
+        closing) leaves only the unwritten counts pending, so none is added twice. Small calls also keep a
+        store's one connection (SQLite) or its one thread (Redis scripts) free for a ``store()`` in between."""
+        while counts:
+            part = dict(itertools.islice(counts.items(), _SLICE))
+            await store.touch(collection, part, at)
+            for record_id in part:
+                del counts[record_id]
 
     def drop(self) -> int:
         """Forget what is pending (when closing ran out of time); returns how many memories it was for."""
