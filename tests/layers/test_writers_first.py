@@ -20,9 +20,10 @@ READERS = 4
 STORES = 30
 
 
-async def test_a_store_waits_for_at_most_one_recall_and_recalls_still_advance() -> None:
-    events: list[str] = []
-    async with Memkit("memory://", embedder="hashing") as mem:
+async def stores_under_recalls(embedder: Any, log: list[str]) -> None:
+    """STORES stores one after another while READERS tasks recall back to back, as agents answering at once;
+    ``log`` gets "R" after each recall, "S" before and "W" after each store."""
+    async with Memkit("memory://", embedder=embedder) as mem:
         lt = mem.long_term
         for i in range(40):
             await lt.store(f"note {i} about the garden shed and its blue door", user_id=f"u{i % 4}")
@@ -31,17 +32,24 @@ async def test_a_store_waits_for_at_most_one_recall_and_recalls_still_advance() 
         async def reader(n: int) -> None:
             while not done.is_set():
                 await lt.recall("blue door", user_id=f"u{n}", k=5)
-                events.append("R")
-                await anyio.lowlevel.checkpoint()  # back to back, as agents answering at once
+                log.append("R")
+                await anyio.lowlevel.checkpoint()
 
         async with anyio.create_task_group() as group:
             for n in range(READERS):
                 group.start_soon(reader, n)
             await anyio.sleep(0.01)  # the readers are running
             for i in range(STORES):
+                log.append("S")
                 await lt.store(f"fresh fact number {i} about the attic", user_id="writer")
-                events.append("W")
+                log.append("W")
             done.set()
+
+
+async def test_a_store_waits_for_at_most_one_recall_and_recalls_still_advance() -> None:
+    log: list[str] = []
+    await stores_under_recalls("hashing", log)
+    events = [event for event in log if event in "RW"]
     stores = [at for at, event in enumerate(events) if event == "W"]
     between = [events[a + 1 : b].count("R") for a, b in itertools.pairwise(stores)]
     assert max(between) <= 1, between  # with every ready recall going first, each store waited for 4
@@ -95,25 +103,7 @@ async def test_recalls_held_back_by_a_waiting_store_do_no_work_before_it() -> No
     """A recall let in at its start embedded its query and read its time words before yielding at its
     ranking; with 4 readers that was 4 embeddings (a sixth of a recall each) ahead of every store."""
     embedder = CountingEmbedder()
-    async with Memkit("memory://", embedder=embedder) as mem:
-        lt = mem.long_term
-        for i in range(40):
-            await lt.store(f"note {i} about the garden shed and its blue door", user_id=f"u{i % 4}")
-        done = anyio.Event()
-
-        async def reader(n: int) -> None:
-            while not done.is_set():
-                await lt.recall("blue door", user_id=f"u{n}", k=5)
-                await anyio.lowlevel.checkpoint()
-
-        async with anyio.create_task_group() as group:
-            for n in range(READERS):
-                group.start_soon(reader, n)
-            await anyio.sleep(0.01)
-            for i in range(STORES):
-                embedder.events.append("S")  # a store begins: its own embedding follows
-                await lt.store(f"fresh fact number {i} about the attic", user_id="writer")
-            embedder.events.append("S")  # the last store has returned
-            done.set()
-    between = [run.count("E") - 1 for run in "".join(embedder.events).split("S")[1:-1]]  # less the store's own
+    await stores_under_recalls(embedder, embedder.events)
+    runs = "".join(event for event in embedder.events if event in "ESW").split("S")[1:]  # from each store's start
+    between = [run.split("W")[0].count("E") - 1 for run in runs]  # until it returned, less its own embedding
     assert max(between) <= 1, between
