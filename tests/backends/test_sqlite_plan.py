@@ -20,6 +20,7 @@ async def test_a_recall_scores_its_text_in_process(tmp_path: Path) -> None:
     async with Memkit(f"sqlite:///{path}", embedder=HashingEmbedder(32)) as mem:
         for i in range(30):
             await mem.long_term.store(f"note {i} about topic{i}", user_id="u")
+        await mem.long_term.recall("warm up", user_id="u")  # a collection nothing read yet loads on a first read
         statements: list[str] = []
         conn = mem.backend._conn  # type: ignore[attr-defined]
         conn.set_trace_callback(statements.append)

@@ -59,6 +59,7 @@ async def test_a_touch_is_seen_by_other_caches_and_leaves_the_text_index_alone(t
     async with open_backend(url) as one, open_backend(url) as two:
         await one.upsert("c", [make_record("r", text="some words"), make_record("s")])
         assert (await two.get("c", ["r"]))[0].access_count == 0  # cached in the second client
+        assert await one.count("c", ALICE) == 2  # and in the first (loaded by a read, not by its writes)
         statements: list[str] = []
         conn = one._conn  # type: ignore[attr-defined]
         conn.set_trace_callback(statements.append)

@@ -33,7 +33,7 @@ from memkit.backend import (
 from memkit.errors import InvalidURLError, NotOpenError, ValidationError
 from memkit.text import tokenize
 from memkit_backends._embedded.columnar import ColumnarCollection
-from memkit_backends._embedded.indexes import replace_verdict
+from memkit_backends._embedded.indexes import dim_after, replace_verdict
 from memkit_backends._embedded.nearest import nearest
 from memkit_backends._embedded.options import DTYPE_OPTION, storage_dtype
 from memkit_backends._embedded.priority import QueriesLast
@@ -52,6 +52,18 @@ _TOUCH_SLICE: Final = 64
 """Access counts written per transaction (a store() waits for at most one slice, ~3 ms)."""
 _Apply = Callable[[], object]
 """What a write does to the arrays once its transaction committed."""
+
+
+def _NOTHING() -> None:
+    """The arrays' part of a write to a collection that is not loaded."""
+
+
+def _stored_dim(conn: sqlite3.Connection, name: str, cache: ColumnarCollection | None) -> int | None:
+    """The collection's vector dimension: the loaded arrays', else the file's."""
+    if cache is not None:
+        return cache.dim
+    row = conn.execute("SELECT dim FROM memkit_collections WHERE name = ?", (name,)).fetchone()
+    return row[0] if row is not None and isinstance(row[0], int) else None
 
 
 class SQLiteBackend(SQLiteKeyValue, Backend):
@@ -134,9 +146,20 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
 
     def _write(self, conn: sqlite3.Connection, name: str, work: Callable[[ColumnarCollection], _Apply]) -> None:
         """Run ``work`` (SQL writes; returns the cache update) in one IMMEDIATE transaction."""
+        self._transact(conn, lambda: work(self._cache.collection(conn, name)))
 
+    def _write_unloaded(
+        self, conn: sqlite3.Connection, name: str, work: Callable[[ColumnarCollection | None], _Apply]
+    ) -> None:
+        """``_write`` for a write that needs nothing from the arrays: a collection this process has not
+        read is not loaded for it (``work`` gets None, and the file alone is written; its first read loads
+        it from there). A process that only writes (an import, an ingestion worker) mirrors nothing: the
+        mirror was half of a SQLite import's time, and all of its memory."""
+        self._transact(conn, lambda: work(self._cache.loaded(conn, name)))
+
+    def _transact(self, conn: sqlite3.Connection, work: Callable[[], _Apply]) -> None:
         def transaction() -> tuple[_Apply, int]:
-            apply_to_cache = work(self._cache.collection(conn, name))
+            apply_to_cache = work()
             # Read while the write lock is still ours: after COMMIT another writer may already have
             # moved the counter, and its changes would then be skipped by the next sync.
             return apply_to_cache, conn.execute("SELECT value FROM memkit_meta WHERE key = 'change_seq'").fetchone()[0]
@@ -158,25 +181,31 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
 
     # -- writes ---------------------------------------------------------------------------------
     async def ensure_collection(self, name: str, dim: int | None) -> None:
-        def write(conn: sqlite3.Connection, cache: ColumnarCollection) -> _Apply:
-            if dim is not None:
-                ColumnarCollection.require_dim(name, cache.dim, dim)
-            conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (name, dim))
-            if dim is not None:
-                conn.execute("UPDATE memkit_collections SET dim = ? WHERE name = ? AND dim IS NULL", (dim, name))
-            return lambda: cache.set_dim(dim) if dim is not None else None
+        def write(conn: sqlite3.Connection) -> None:
+            def work(cache: ColumnarCollection | None) -> _Apply:
+                if dim is not None:
+                    ColumnarCollection.require_dim(name, _stored_dim(conn, name, cache), dim)
+                conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (name, dim))
+                if dim is not None:
+                    conn.execute("UPDATE memkit_collections SET dim = ? WHERE name = ? AND dim IS NULL", (dim, name))
+                return lambda: cache.set_dim(dim) if cache is not None and dim is not None else None
 
-        await self._write_async(name, write)
+            self._write_unloaded(conn, name, work)
+
+        await self._run(write)
 
     async def upsert(self, collection: str, records: Sequence[Record]) -> None:
         if not records:
             return
 
-        def write(conn: sqlite3.Connection, cache: ColumnarCollection) -> _Apply:
-            tokens = self._write_records(conn, collection, cache, records)
-            return lambda: self._cache_upsert(collection, cache, records, tokens)
+        def write(conn: sqlite3.Connection) -> None:
+            def work(cache: ColumnarCollection | None) -> _Apply:
+                tokens = self._write_records(conn, collection, cache, records)
+                return _NOTHING if cache is None else lambda: self._cache_upsert(collection, cache, records, tokens)
 
-        await self._write_async(collection, write)
+            self._write_unloaded(conn, collection, work)
+
+        await self._run(write)
 
     async def replace(self, collection: str, record: Record, expected_body: bytes | None) -> bool:
         verdicts: list[str] = []
@@ -205,13 +234,16 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             bad.difference_update(record.id for record in records)
 
     def _write_records(
-        self, conn: sqlite3.Connection, collection: str, cache: ColumnarCollection, records: Sequence[Record]
+        self, conn: sqlite3.Connection, collection: str, cache: ColumnarCollection | None, records: Sequence[Record]
     ) -> dict[str, list[str]]:
         """Writes the rows and their full-text entries; returns each text's tokens by id, for the cache (a
-        text tokenized twice was a sixth of an import)."""
-        dim = cache.check_records(records)  # refuses NaN fields and dimension mismatches before any SQL
+        text tokenized twice was a sixth of an import). ``cache``: None when the collection is not loaded."""
+        # Refuses NaN fields and dimension mismatches before any SQL.
+        dim = dim_after(records, _stored_dim(conn, collection, cache))
+        # An undecodable row's counters are suspect too: the rewritten record starts afresh. (In a collection
+        # not loaded, none is known undecodable; the ON CONFLICT clause below still drops unreadable counters.)
         bad = self.undecodable.get(collection, set()).intersection(record.id for record in records)
-        if bad:  # an undecodable row's counters are unreadable too: the rewritten record starts afresh
+        if bad:
             conn.executemany(
                 "UPDATE memkit_records SET access_count = 0, last_accessed = NULL WHERE collection = ? AND id = ?",
                 [(collection, record_id) for record_id in bad],
@@ -224,7 +256,9 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             "agent_id = excluded.agent_id, session_id = excluded.session_id, body = excluded.body, "
             "text = excluded.text, vector = excluded.vector, importance = excluded.importance, "
             "timestamp = excluded.timestamp, expires_at = excluded.expires_at, fields = excluded.fields, "
-            "seq = excluded.seq",
+            "seq = excluded.seq, "
+            "access_count = CASE WHEN typeof(access_count) = 'integer' THEN access_count ELSE 0 END, "
+            "last_accessed = CASE WHEN typeof(last_accessed) IN ('integer', 'real') THEN last_accessed END",
             [record_params(collection, record, first + i) for i, record in enumerate(records)],
         )
         rowids = dict(conn.execute("SELECT id, rowid FROM memkit_records WHERE seq >= ?", (first,)))

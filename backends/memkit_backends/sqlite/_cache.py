@@ -131,6 +131,11 @@ class RecordCache:
             found = self.collections[name] = self._load(conn, name)
         return found
 
+    def loaded(self, conn: sqlite3.Connection, name: str) -> ColumnarCollection | None:
+        """The cached collection, caught up, if it is loaded; None (and nothing loaded) if not."""
+        self.sync(conn)
+        return self.collections.get(name)
+
     def _load(self, conn: sqlite3.Connection, name: str) -> ColumnarCollection:
         dim_row = conn.execute("SELECT dim FROM memkit_collections WHERE name = ?", (name,)).fetchone()
         dim = dim_row[0] if dim_row and isinstance(dim_row[0], int) else None

@@ -24,7 +24,7 @@ RECORD_COLUMNS: Final = (
     "fields, seq, access_count, last_accessed"
 )
 COUNTER_COLUMNS: Final = ("access_count", "last_accessed")
-"""Beside the record: written by ``touch`` only, kept by upserts (absent from their ON CONFLICT clause)."""
+"""Beside the record: written by ``touch`` only, kept by upserts (unless unreadable: then reset)."""
 
 _fields_encoder = msgspec.json.Encoder()
 _fields_decoder = msgspec.json.Decoder(dict[str, str | int | float | bool | tuple[str, ...]])

@@ -1,0 +1,77 @@
+"""sqlite:// writes to a collection this process has not read go to the file alone: nothing is loaded into
+memory for them (an import, an ingestion worker), and the first read loads everything they wrote."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+
+from memkit import open_backend
+from memkit.backend import Query, Record, Scope
+from memkit.errors import DimensionMismatchError, ValidationError
+from memkit.testing import make_record
+from memkit.testing._helpers import unit
+
+pytestmark = pytest.mark.anyio
+ALICE = Scope(user_id="alice")
+
+
+def loaded(backend: object) -> set[str]:
+    return set(backend._cache.collections)  # type: ignore[attr-defined]
+
+
+async def test_writes_alone_load_nothing_and_a_first_read_sees_them_all(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    async with open_backend(url) as backend:
+        await backend.ensure_collection("c", 8)
+        await backend.upsert("c", [make_record(f"r{i}", text=f"word{i} shared", seed=i) for i in range(50)])
+        await backend.upsert("c", [make_record("r1", text="rewritten text", seed=99)])  # the last write wins
+        assert loaded(backend) == set()
+        assert await backend.count("c", ALICE) == 50
+        assert loaded(backend) == {"c"}
+        [r1] = await backend.get("c", ["r1"])
+        assert r1.text == "rewritten text" and np.allclose(r1.vector, unit(99))  # type: ignore[arg-type]
+        hits = await backend.query("c", Query(scope=ALICE, text="word7", k=3))
+        assert hits[0].record.id == "r7"  # by the tokens the unloaded write indexed
+        await backend.upsert("c", [make_record("late", text="word7 again", seed=3)])  # loaded now: mirrored
+        hits = await backend.query("c", Query(scope=ALICE, text="word7", k=3))
+        assert {h.record.id for h in hits[:2]} == {"r7", "late"}
+
+
+async def test_an_unloaded_collection_still_refuses_what_it_cannot_hold(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    async with open_backend(url) as backend:
+        await backend.ensure_collection("c", 8)
+    async with open_backend(url) as backend:  # a new process: nothing loaded
+        with pytest.raises(DimensionMismatchError):
+            await backend.ensure_collection("c", 4)
+        with pytest.raises(DimensionMismatchError):
+            await backend.upsert("c", [make_record("ok", seed=1), _short(make_record("short"))])
+        with pytest.raises(ValidationError):
+            nan = make_record("nan", seed=2, fields={"x": float("nan")})
+            await backend.upsert("c", [make_record("ok", seed=1), nan])
+        assert loaded(backend) == set()
+        assert await backend.count("c", ALICE) == 0  # all or nothing
+
+
+async def test_an_unloaded_upsert_keeps_good_counters_and_drops_unreadable_ones(tmp_path: Path) -> None:
+    path = tmp_path / "k.db"
+    url = f"sqlite:///{path}"
+    async with open_backend(url) as backend:
+        await backend.upsert("c", [make_record("good", seed=1), make_record("bad", seed=2)])
+        await backend.touch("c", {"good": 2, "bad": 5}, 100.0)
+    with sqlite3.connect(path) as conn:  # what a hand edit or a bug could leave
+        conn.execute("UPDATE memkit_records SET access_count = 'many', last_accessed = 'then' WHERE id = 'bad'")
+    async with open_backend(url) as backend:
+        await backend.upsert("c", [make_record("good", seed=3), make_record("bad", seed=4)])
+        assert loaded(backend) == set()
+        got = {r.id: (r.access_count, r.last_accessed) for r in await backend.get("c", ["good", "bad"])}
+    assert got == {"good": (2, 100.0), "bad": (0, None)}
+
+
+def _short(record: Record) -> Record:
+    return msgspec.structs.replace(record, vector=unit(1)[:4].copy())
