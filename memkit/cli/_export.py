@@ -17,7 +17,7 @@ import anyio.to_thread
 import msgspec
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from memkit.cli._jsonl import FORMAT_VERSION, Header, Line, ResumeFile, encode_vector
+from memkit.cli._jsonl import FORMAT_VERSION, Header, Line, ResumeFile, vector_bytes
 from memkit.cli._output import CliError, ExitCode, print_json
 from memkit.cli._store import open_store
 
@@ -38,7 +38,7 @@ def to_line(record: Any, vectors: bool) -> Line:
         created_at=memory.created_at, updated_at=memory.updated_at, expires_at=memory.expires_at,
         last_accessed_at=memory.last_accessed_at, access_count=memory.access_count, metadata=memory.metadata,
         context=memory.context,
-        vector=encode_vector(record.vector) if vectors and record.vector is not None else None,
+        vector=vector_bytes(record.vector) if vectors and record.vector is not None else None,
     )  # fmt: skip
 
 

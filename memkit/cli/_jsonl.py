@@ -15,7 +15,6 @@ list of numbers. Unknown fields are refused, so a misspelt one is reported inste
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import math
 import os
@@ -28,7 +27,7 @@ import numpy as np
 
 from memkit.cli._output import CliError, ExitCode
 
-__all__ = ["FORMAT_VERSION", "Header", "Line", "ResumeFile", "encode_vector", "raw_vector", "unit_rows"]
+__all__ = ["FORMAT_VERSION", "Header", "Line", "ResumeFile", "encode_vector", "raw_vector", "unit_rows", "vector_bytes"]
 
 FORMAT_VERSION = 1
 _UNIT = 1e-4
@@ -58,21 +57,27 @@ class Line(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fiel
     access_count: int = 0
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     context: str | None = None
-    vector: str | list[float] | None = None
+    vector: bytes | list[float] | None = None
+    """Base64 in the file (msgspec decodes and encodes it: 4 us a line, against 10 us for ``base64``), or a list."""
+
+
+def vector_bytes(vector: Any) -> bytes:
+    """The little-endian float32 bytes a line's ``vector`` holds (written as base64: exact, where a decimal list
+    would round, a third of its size, and fast to read)."""
+    return np.asarray(vector, dtype="<f4").tobytes()
 
 
 def encode_vector(vector: Any) -> str:
-    """Base64 of the float32 bytes: exact (a decimal list would round), a third of its size, fast to read."""
-    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
+    """A vector as the base64 text a line holds (for writing lines by hand)."""
+    return base64.b64encode(vector_bytes(vector)).decode()
 
 
-def raw_vector(value: str | list[float], dim: int) -> np.ndarray:
+def raw_vector(value: bytes | list[float], dim: int) -> np.ndarray:
     """The line's vector as float32 of the header's length (its values are checked per batch: ``unit_rows``)."""
-    if isinstance(value, str):
-        try:
-            vector = np.frombuffer(base64.b64decode(value, validate=True), dtype="<f4")
-        except (binascii.Error, ValueError) as exc:
-            raise ValueError(f"vector is not base64 of float32 values: {exc}") from None
+    if isinstance(value, bytes):
+        if len(value) % 4:
+            raise ValueError(f"vector is not base64 of float32 values: {len(value)} bytes is not a whole number")
+        vector = np.frombuffer(value, dtype="<f4")
     else:
         vector = np.asarray(value, dtype=np.float32)
     if vector.shape != (dim,):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -110,17 +111,20 @@ def test_bad_lines_are_reported_by_number_and_skipped_whole(tmp_path: Path) -> N
         {"content": "wrong size", "user_id": "ada", "vector": encode_vector(np.ones(5))},  # 6
         {"content": "too important", "user_id": "ada", "importance": 7},  # 7
         {"content": "naive time", "user_id": "ada", "created_at": "2024-01-01T00:00:00"},  # 8
-        {"content": "likes jazz", "user_id": "bob"},  # 9
+        {"content": "not base64", "user_id": "ada", "vector": "@@@@"},  # 9
+        {"content": "five bytes", "user_id": "ada", "vector": base64.b64encode(b"12345").decode()},  # 10
+        {"content": "likes jazz", "user_id": "bob"},  # 11
     ]
     path = tmp_path / "mixed.jsonl"
     _write_lines(path, lines, {"memkit_export": 1, "model_id": "hashing-v1-384", "dim": 384})
     with path.open("a") as handle:
-        handle.write("this is not json\n")  # line 10
+        handle.write("this is not json\n")  # line 12
     result = memkit("import", str(path), "--url", url)
     assert result.returncode == 3
-    reported = [int(line.split(":")[1]) for line in result.stderr.splitlines() if line.startswith(str(path))]
-    assert reported == [3, 4, 5, 6, 7, 8, 10]
-    assert "imported 2 memories" in result.stdout and "7 bad lines skipped" in result.stderr
+    reported = {int(line.split(":")[1]): line for line in result.stderr.splitlines() if line.startswith(str(path))}
+    assert list(reported) == [3, 4, 5, 6, 7, 8, 9, 10, 12]
+    assert "base64" in reported[9] and "float32" in reported[10]
+    assert "imported 2 memories" in result.stdout and "9 bad lines skipped" in result.stderr
     stored = {r.text for r in _records(url).values()}
     assert stored == {"likes tea", "likes jazz"}  # nothing of a bad line was written
 
