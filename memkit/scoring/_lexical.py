@@ -58,32 +58,34 @@ _EVERY_ROW = np.zeros(0, np.uint8)
 
 
 class _Postings(msgspec.Struct, gc=False):
-    """One term's postings: rows, term frequencies and row versions in ``array.array`` columns. A batch
-    appends a term's postings with one C call a column, with amortised growth (numpy arrays resized and
-    slice-assigned from lists per term per batch were most of a SQLite import's BM25 work), and neither
-    the arrays nor this struct are tracked by the cycle collector (one per term: 100k terms at 100k rows
-    were walked by every full collection). Scoring reads the columns through zero-copy numpy views, which
-    live only inside ``Bm25Index.score`` (an array that exports a view cannot grow). Columns, not
-    interleaved triples: the kernel read strided triples at half the speed."""
+    """One term's postings: rows (int64), term frequencies (float32) and row versions (int64), each column a
+    ``bytearray`` of packed values. A batch appends a term's postings with one C call a column, with amortised
+    growth (numpy arrays resized and slice-assigned from lists per term per batch were most of a SQLite
+    import's BM25 work). Neither the columns nor this struct are tracked by the cycle collector: with
+    ``array.array`` columns (which are) 100k rows of text held ~300k of them, and every full collection
+    walked them all (a SQLite load of 100k memories spent ~40% of its time in the collector). Scoring reads
+    the columns through zero-copy numpy views, which live only inside ``Bm25Index.score`` (a buffer that
+    exports a view cannot grow). Columns, not interleaved triples: the kernel read strided triples at half
+    the speed."""
 
-    rows: array[int]
-    tfs: array[float]
-    versions: array[int]
+    rows: bytearray
+    tfs: bytearray
+    versions: bytearray
     df: int = 0  # live documents containing the term
 
     @classmethod
     def empty(cls) -> _Postings:
-        return cls(array("q"), array("f"), array("q"))
+        return cls(bytearray(), bytearray(), bytearray())
 
     @property
     def count(self) -> int:
-        return len(self.rows)
+        return len(self.rows) // 8
 
     def extend(self, triples: list[int]) -> None:
         """Appends (row, tf, version) triples, given flat."""
-        self.rows.extend(triples[0::3])
-        self.tfs.extend(triples[1::3])
-        self.versions.extend(triples[2::3])
+        self.rows += array("q", triples[0::3])
+        self.tfs += array("f", triples[1::3])
+        self.versions += array("q", triples[2::3])
         self.df += len(triples) // 3
 
     def views(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
@@ -94,8 +96,8 @@ class _Postings(msgspec.Struct, gc=False):
         rows, tfs, versions = self.views()
         keep = doc_version[rows] == versions
         kept = rows[keep].tobytes(), tfs[keep].tobytes(), versions[keep].tobytes()
-        del rows, tfs, versions  # the views go before the arrays are replaced
-        self.rows, self.tfs, self.versions = array("q", kept[0]), array("f", kept[1]), array("q", kept[2])
+        del rows, tfs, versions  # the views go before the columns are replaced
+        self.rows, self.tfs, self.versions = bytearray(kept[0]), bytearray(kept[1]), bytearray(kept[2])
 
 
 class Bm25Index:

@@ -96,3 +96,21 @@ def test_adding_a_batch_scores_as_adding_one_by_one(
     batched.add_many(list(batch.items()))
     np.testing.assert_allclose(batched.score(query, 31)[0], one_by_one.score(query, 31)[0], rtol=1e-6)
     assert len(batched) == len(one_by_one)
+
+
+def test_the_index_leaves_nothing_for_the_cycle_collector_to_walk() -> None:
+    """Every full collection walks each object the collector tracks: with a tracked array per posting column
+    (three a term), a SQLite load of 100k memories spent ~40% of its time in the collector."""
+    import gc
+
+    index = Bm25Index()
+    gc.collect()
+    before = len(gc.get_objects())
+    index.add_many([(row, [f"name{row}", "shared", f"word{row % 7}"]) for row in range(2_000)])
+    index.remove(5)  # removes and sweeps build columns again
+    index.add_many([(5, ["shared", "again"])])
+    gc.collect()
+    assert len(index._postings) > 2_000
+    assert len(gc.get_objects()) - before < 50
+    scores, matched = index.score(["shared"], 2_000)
+    assert matched and scores[5] > 0 and scores[6] > 0
