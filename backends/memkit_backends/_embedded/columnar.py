@@ -60,6 +60,13 @@ def _bare(record: Record, dtype: StorageDtype) -> Record:
     return record
 
 
+def _first_dim(records: Iterable[Record], dim: int | None) -> int | None:
+    """The dimension of checked records: the collection's, or the first vector's."""
+    if dim is not None:
+        return dim
+    return next((int(r.vector.shape[0]) for r in records if r.vector is not None), None)
+
+
 class ColumnarCollection(RowColumns):
     """The records, their ids and indexes, over the columns of ``RowColumns``."""
 
@@ -93,6 +100,11 @@ class ColumnarCollection(RowColumns):
     # -- writes ---------------------------------------------------------------------------------
     require_dim = staticmethod(require_dim)
 
+    def reserve(self, rows: int) -> None:
+        """Room for ``rows`` more rows at once (a cache about to load that many: growing by doubling copied
+        the columns a dozen times)."""
+        self._grow(len(self._records), rows)
+
     def check_records(self, records: Iterable[Record]) -> int | None:
         """The collection's dimension after these records; raises, changing nothing, on a record the store
         cannot hold (a dimension mismatch, NaN or infinity in its numbers or fields)."""
@@ -104,12 +116,14 @@ class ColumnarCollection(RowColumns):
         *,
         keep_counters: bool = True,
         tokens: Mapping[str, list[str]] | None = None,
+        checked: bool = False,
     ) -> None:
         """Validate every record first, then write: all or nothing. A record already here keeps its access
         counters (the contract's rule); ``keep_counters=False`` takes them from the records instead (a
         cache loading what its store holds). ``tokens``: a record's text already tokenized, by id (a
-        cache loading a file that stores them: tokenizing 100k texts again added 4 s to an open)."""
-        dim = self.check_records(records)
+        cache loading a file that stores them: tokenizing 100k texts again added 4 s to an open).
+        ``checked``: the caller checked the records against this collection already (``check_records``)."""
+        dim = _first_dim(records, self.dim) if checked else self.check_records(records)
         if dim is not None:
             self.set_dim(dim)
         batch = list(records)

@@ -228,7 +228,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
     def _cache_upsert(
         self, collection: str, cache: ColumnarCollection, records: Sequence[Record], tokens: Mapping[str, list[str]]
     ) -> None:
-        cache.upsert(records, tokens=tokens)
+        cache.upsert(records, tokens=tokens, checked=True)  # by _write_records, against this cache's dimension
         bad = self.undecodable.get(collection)
         if bad:
             bad.difference_update(record.id for record in records)

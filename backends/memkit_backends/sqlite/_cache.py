@@ -140,6 +140,9 @@ class RecordCache:
         dim_row = conn.execute("SELECT dim FROM memkit_collections WHERE name = ?", (name,)).fetchone()
         dim = dim_row[0] if dim_row and isinstance(dim_row[0], int) else None
         found = ColumnarCollection(dim, self._dtype)
+        if dim is not None:
+            total = conn.execute("SELECT count(*) FROM memkit_records WHERE collection = ?", (name,)).fetchone()[0]
+            found.reserve(int(total))
         bad = self.undecodable[name] = set()
         # Each row's tokens come from the full-text table, written with it: no text is tokenized again.
         cursor = conn.execute(
@@ -161,7 +164,7 @@ class RecordCache:
                 records.append(record)
                 if isinstance(words, str) and record.text:
                     tokens[record.id] = words.split()
-            found.upsert(records, keep_counters=False, tokens=tokens)
+            found.upsert(records, keep_counters=False, tokens=tokens, checked=True)  # checked as decoded
         return found
 
     def _decode(self, row: tuple[Any, ...], dim: int | None) -> Record | None:
