@@ -77,7 +77,10 @@ async def test_a_row_corrupted_under_an_open_cache_drops_out_and_an_upsert_repai
         assert backend.undecodable["c"] == {"nan"}  # type: ignore[attr-defined]
         await backend.upsert("c", [make_record("nan", seed=1)])
         [repaired] = await backend.get("c", ["nan"])
-        assert repaired.access_count == 0 and backend.undecodable["c"] == set()  # type: ignore[attr-defined]
+        # Its counters were readable: kept, as a rewrite keeps them (and as a process that never loaded "c" does).
+        assert repaired.access_count == 3 and backend.undecodable["c"] == set()  # type: ignore[attr-defined]
+    async with open_backend(f"sqlite:///{path}") as backend:
+        assert [r.access_count for r in await backend.get("c", ["nan"])] == [3]  # the file agrees with the cache
 
 
 async def test_nan_in_fields_is_refused_on_upsert(tmp_path: Path) -> None:

@@ -75,3 +75,43 @@ async def test_an_unloaded_upsert_keeps_good_counters_and_drops_unreadable_ones(
 
 def _short(record: Record) -> Record:
     return msgspec.structs.replace(record, vector=unit(1)[:4].copy())
+
+
+@pytest.mark.parametrize("read_first", [False, True])
+async def test_a_row_that_cannot_be_read_is_repaired_alike_loaded_or_not(tmp_path: Path, read_first: bool) -> None:
+    path = tmp_path / "r.db"
+    async with open_backend(f"sqlite:///{path}") as backend:
+        await backend.upsert("c", [make_record("row", seed=1)])
+        await backend.touch("c", {"row": 3}, 100.0)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE memkit_records SET importance = 'high' WHERE id = 'row'")
+    async with open_backend(f"sqlite:///{path}") as backend:
+        if read_first:
+            assert await backend.get("c", ["row"]) == []  # skipped as undecodable
+        await backend.upsert("c", [make_record("row", seed=2)])
+        [row] = await backend.get("c", ["row"])
+    assert (row.access_count, row.last_accessed) == (3, 100.0)
+
+
+async def test_an_id_twice_in_one_upsert_keeps_the_last(tmp_path: Path) -> None:
+    async with open_backend(f"sqlite:///{tmp_path / 't.db'}") as backend:
+        await backend.upsert("c", [make_record("x", text="first", seed=1), make_record("x", text="second", seed=2)])
+        [x] = await backend.get("c", ["x"])
+        assert x.text == "second" and await backend.count("c", ALICE) == 1
+
+
+async def test_a_dimension_set_by_another_process_binds_a_cache_loaded_without_one(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'dim.db'}"
+    async with open_backend(url) as one, open_backend(url) as two:
+        await one.upsert("c", [make_record("plain")])  # no vector: no dimension yet
+        assert await two.count("c", ALICE) == 1  # loaded, without a dimension
+        await one.ensure_collection("c", 8)
+        with pytest.raises(DimensionMismatchError):
+            await two.upsert("c", [_short(make_record("four"))])
+
+
+@pytest.mark.parametrize("dim", [0, -3, True])
+async def test_a_dimension_must_be_a_positive_integer(tmp_path: Path, dim: int) -> None:
+    async with open_backend(f"sqlite:///{tmp_path / 'p.db'}") as backend:
+        with pytest.raises(ValidationError, match="positive integer"):
+            await backend.ensure_collection("c", dim)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Final, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
 import anyio
 import anyio.to_thread
+import msgspec
 
 from memkit.backend import (
     Backend,
@@ -58,9 +59,17 @@ def _NOTHING() -> None:
     """The arrays' part of a write to a collection that is not loaded."""
 
 
+class _Written(NamedTuple):
+    tokens: dict[str, list[str]]
+    """Each written text's tokens, by record id."""
+    counters: dict[str, tuple[int, float | None]]
+    """Access counters of rewritten rows the cache had skipped as undecodable, by record id."""
+
+
 def _stored_dim(conn: sqlite3.Connection, name: str, cache: ColumnarCollection | None) -> int | None:
-    """The collection's vector dimension: the loaded arrays', else the file's."""
-    if cache is not None:
+    """The collection's vector dimension: the loaded arrays', else the file's (which another process may
+    have set since the arrays were loaded without one: setting it is no change the cache catches up on)."""
+    if cache is not None and cache.dim is not None:
         return cache.dim
     row = conn.execute("SELECT dim FROM memkit_collections WHERE name = ?", (name,)).fetchone()
     return row[0] if row is not None and isinstance(row[0], int) else None
@@ -181,6 +190,9 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
 
     # -- writes ---------------------------------------------------------------------------------
     async def ensure_collection(self, name: str, dim: int | None) -> None:
+        if dim is not None and (isinstance(dim, bool) or not isinstance(dim, int) or dim < 1):
+            raise ValidationError(f"a collection's dimension must be a positive integer, got {dim!r}")
+
         def write(conn: sqlite3.Connection) -> None:
             def work(cache: ColumnarCollection | None) -> _Apply:
                 if dim is not None:
@@ -197,11 +209,13 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
     async def upsert(self, collection: str, records: Sequence[Record]) -> None:
         if not records:
             return
+        if len({record.id for record in records}) < len(records):  # the last write of an id wins, as in memory://
+            records = list({record.id: record for record in records}.values())
 
         def write(conn: sqlite3.Connection) -> None:
             def work(cache: ColumnarCollection | None) -> _Apply:
-                tokens = self._write_records(conn, collection, cache, records)
-                return _NOTHING if cache is None else lambda: self._cache_upsert(collection, cache, records, tokens)
+                written = self._write_records(conn, collection, cache, records)
+                return _NOTHING if cache is None else lambda: self._cache_upsert(collection, cache, records, written)
 
             self._write_unloaded(conn, collection, work)
 
@@ -219,35 +233,37 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             verdicts.append(replace_verdict(current[0].body if current else None, record.body, expected_body))
             if verdicts[0] != "write":
                 return lambda: None
-            tokens = self._write_records(conn, collection, cache, [record])
-            return lambda: self._cache_upsert(collection, cache, [record], tokens)
+            written = self._write_records(conn, collection, cache, [record])
+            return lambda: self._cache_upsert(collection, cache, [record], written)
 
         await self._write_async(collection, write)
         return verdicts[0] != "refuse"
 
-    def _cache_upsert(
-        self, collection: str, cache: ColumnarCollection, records: Sequence[Record], tokens: Mapping[str, list[str]]
-    ) -> None:
-        cache.upsert(records, tokens=tokens, checked=True)  # by _write_records, against this cache's dimension
+    def _cache_upsert(self, collection: str, cache: ColumnarCollection, records: Sequence[Record],
+                      written: _Written) -> None:  # fmt: skip
+        # Checked by _write_records, against this cache's dimension.
+        repaired = written.counters
+        if repaired:  # rows the cache skipped as undecodable: their counters are the file's
+            cache.upsert([r for r in records if r.id not in repaired], tokens=written.tokens, checked=True)
+            cache.upsert([msgspec.structs.replace(r, access_count=repaired[r.id][0], last_accessed=repaired[r.id][1])
+                          for r in records if r.id in repaired], keep_counters=False, tokens=written.tokens,
+                         checked=True)  # fmt: skip
+        else:
+            cache.upsert(records, tokens=written.tokens, checked=True)
         bad = self.undecodable.get(collection)
         if bad:
             bad.difference_update(record.id for record in records)
 
     def _write_records(
         self, conn: sqlite3.Connection, collection: str, cache: ColumnarCollection | None, records: Sequence[Record]
-    ) -> dict[str, list[str]]:
+    ) -> _Written:
         """Writes the rows and their full-text entries; returns each text's tokens by id, for the cache (a
-        text tokenized twice was a sixth of an import). ``cache``: None when the collection is not loaded."""
+        text tokenized twice was a sixth of an import), and the counters of rows the cache could not decode.
+        ``cache``: None when the collection is not loaded. A record rewritten over a row keeps the row's
+        counters if they can be read (the ON CONFLICT clause resets those that cannot), whether or not the
+        rest of the row could: one rule, loaded or not."""
         # Refuses NaN fields and dimension mismatches before any SQL.
         dim = dim_after(records, _stored_dim(conn, collection, cache))
-        # An undecodable row's counters are suspect too: the rewritten record starts afresh. (In a collection
-        # not loaded, none is known undecodable; the ON CONFLICT clause below still drops unreadable counters.)
-        bad = self.undecodable.get(collection, set()).intersection(record.id for record in records)
-        if bad:
-            conn.executemany(
-                "UPDATE memkit_records SET access_count = 0, last_accessed = NULL WHERE collection = ? AND id = ?",
-                [(collection, record_id) for record_id in bad],
-            )
         first = self._next_seqs(conn, len(records))
         conn.executemany(
             "INSERT INTO memkit_records (collection, id, user_id, agent_id, session_id, body, text, vector, "
@@ -268,7 +284,14 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
                                 for r in records])  # fmt: skip
         conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (collection, dim))
         conn.execute("UPDATE memkit_collections SET dim = ? WHERE name = ? AND dim IS NULL", (dim, collection))
-        return tokens
+        bad = sorted(self.undecodable.get(collection, set()).intersection(rowids)) if cache is not None else []
+        counters: dict[str, tuple[int, float | None]] = {}
+        for start in range(0, len(bad), 500):  # SQLite's limit on bound parameters
+            chunk = bad[start : start + 500]
+            counters.update((record_id, (count, last)) for record_id, count, last in conn.execute(
+                "SELECT id, access_count, last_accessed FROM memkit_records WHERE collection = ? AND id IN "
+                f"({','.join('?' * len(chunk))})", (collection, *chunk)))  # fmt: skip
+        return _Written(tokens, counters)
 
     @staticmethod
     def _index_text(conn: sqlite3.Connection, rows: list[tuple[int, str | None, str]]) -> None:
