@@ -115,3 +115,16 @@ async def test_a_dimension_must_be_a_positive_integer(tmp_path: Path, dim: int) 
     async with open_backend(f"sqlite:///{tmp_path / 'p.db'}") as backend:
         with pytest.raises(ValidationError, match="positive integer"):
             await backend.ensure_collection("c", dim)
+
+
+async def test_a_write_that_needs_the_collection_loads_it_before_taking_the_write_lock(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    async with open_backend(url) as backend:
+        await backend.upsert("c", [make_record(f"r{i}", seed=i) for i in range(20)])
+    async with open_backend(url) as backend:
+        statements: list[str] = []
+        backend._conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
+        assert await backend.delete("c", ["r1"]) == 1  # a delete updates the arrays: it loads them
+        backend._conn.set_trace_callback(None)  # type: ignore[attr-defined]
+    load = next(i for i, s in enumerate(statements) if s.startswith("SELECT rowid, collection, id"))
+    assert load < statements.index("BEGIN IMMEDIATE"), statements

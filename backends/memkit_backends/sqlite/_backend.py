@@ -155,6 +155,10 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
 
     def _write(self, conn: sqlite3.Connection, name: str, work: Callable[[ColumnarCollection], _Apply]) -> None:
         """Run ``work`` (SQL writes; returns the cache update) in one IMMEDIATE transaction."""
+        if name not in self._cache.collections:
+            # Loaded before the write lock is taken, as a read loads it: 100k rows take seconds, and inside
+            # the transaction every other process's write waited for them (its busy timeout is 10 s).
+            self._cache.collection(conn, name)
         self._transact(conn, lambda: work(self._cache.collection(conn, name)))
 
     def _write_unloaded(
