@@ -101,13 +101,18 @@ class RecordCache:
         self.last_seq, self.data_version = seq, version
 
     def _apply_changes(self, conn: sqlite3.Connection) -> None:
+        # Only the loaded collections' changes: another process importing into a collection this one never
+        # read would otherwise have each of its rows, vector and all, fetched here to be dropped.
+        loaded = list(self.collections)
+        among = f"collection IN ({','.join('?' * len(loaded))})"
+        rows = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE seq > ? AND {among}",
+                            (self.last_seq, *loaded))  # fmt: skip
         changes: list[tuple[int, str, str, tuple[Any, ...] | None]] = [
-            (row[_SEQ_COLUMN], row[_COLLECTION_COLUMN], row[_ID_COLUMN], row)
-            for row in conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE seq > ?", (self.last_seq,))
-            if row[_COLLECTION_COLUMN] in self.collections
+            (row[_SEQ_COLUMN], row[_COLLECTION_COLUMN], row[_ID_COLUMN], row) for row in rows
         ]
-        deletions = conn.execute("SELECT seq, collection, id FROM memkit_deletions WHERE seq > ?", (self.last_seq,))
-        changes.extend((seq, name, record_id, None) for seq, name, record_id in deletions if name in self.collections)
+        deletions = conn.execute(f"SELECT seq, collection, id FROM memkit_deletions WHERE seq > ? AND {among}",
+                                 (self.last_seq, *loaded))  # fmt: skip
+        changes.extend((seq, name, record_id, None) for seq, name, record_id in deletions)
         changes.sort(key=lambda change: change[0])
         for _, name, record_id, row in changes:
             collection, bad = self.collections[name], self.undecodable.setdefault(name, set())
