@@ -114,3 +114,24 @@ def test_the_index_leaves_nothing_for_the_cycle_collector_to_walk() -> None:
     assert len(gc.get_objects()) - before < 50
     scores, matched = index.score(["shared"], 2_000)
     assert matched and scores[5] > 0 and scores[6] > 0
+
+
+@given(st.lists(st.text(alphabet="abcdeéfgnorsty ,.'0123", max_size=60), min_size=1, max_size=20))
+@settings(max_examples=60, deadline=None)
+def test_remembered_stems_tokenize_as_the_stemmer_does(texts: list[str]) -> None:
+    """Stems are remembered across texts (and forgotten when too many): the tokens never change."""
+    import memkit.text as text_module
+
+    stemmer = text_module._stemmer()
+
+    def reference(text: str) -> list[str]:
+        words = [w for w in text_module._WORD.findall(text.lower()) if w not in text_module.STOP_WORDS]
+        return list(stemmer.stemWords(words)) if words else []
+
+    limit = text_module._MAX_STEMS
+    try:
+        text_module._MAX_STEMS = 5  # type: ignore[misc]  # starts over often
+        for text in texts + texts:  # seen, then seen again
+            assert tokenize(text) == reference(text)
+    finally:
+        text_module._MAX_STEMS = limit  # type: ignore[misc]
