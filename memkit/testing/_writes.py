@@ -34,6 +34,14 @@ class WriteConformance:
         hits = await backend.query(COLLECTION, query(Scope(user_id="alice"), vector=unit(1), text="writer", k=5))
         assert [h.record.id for h in hits] == ["node"]
 
+    async def test_an_id_twice_in_one_upsert_keeps_the_last(self, backend: Backend) -> None:
+        await backend.ensure_collection(COLLECTION, DIM)
+        first, last = make_record("x", text="first words", seed=1), make_record("x", text="last words", seed=2)
+        await backend.upsert(COLLECTION, [first, make_record("y", seed=3), last])
+        [x] = await backend.get(COLLECTION, ["x"])
+        assert x.text == "last words" and x.body == last.body
+        assert sorted(r.id for r in (await backend.scan(COLLECTION, Scope(user_id="alice"))).records) == ["x", "y"]
+
     async def test_concurrent_creators_one_wins(self, backend: Backend) -> None:
         await backend.ensure_collection(COLLECTION, DIM)
         wins: list[int] = []
