@@ -38,7 +38,7 @@ from memkit_backends._embedded.indexes import dim_after, replace_verdict
 from memkit_backends._embedded.nearest import nearest
 from memkit_backends._embedded.options import DTYPE_OPTION, storage_dtype
 from memkit_backends._embedded.priority import QueriesLast
-from memkit_backends.sqlite._cache import DELETIONS_KEPT, RecordCache, log_deletions, prune_deletions
+from memkit_backends.sqlite._cache import DELETIONS_KEPT, RecordCache, file_dim, log_deletions, prune_deletions
 from memkit_backends.sqlite._codec import record_params
 from memkit_backends.sqlite._connect import connect, driver_error
 from memkit_backends.sqlite._kv_face import SQLiteKeyValue
@@ -69,10 +69,7 @@ class _Written(NamedTuple):
 def _stored_dim(conn: sqlite3.Connection, name: str, cache: ColumnarCollection | None) -> int | None:
     """The collection's vector dimension: the loaded arrays', else the file's (which another process may
     have set since the arrays were loaded without one: setting it is no change the cache catches up on)."""
-    if cache is not None and cache.dim is not None:
-        return cache.dim
-    row = conn.execute("SELECT dim FROM memkit_collections WHERE name = ?", (name,)).fetchone()
-    return row[0] if row is not None and isinstance(row[0], int) else None
+    return cache.dim if cache is not None and cache.dim is not None else file_dim(conn, name)
 
 
 class SQLiteBackend(SQLiteKeyValue, Backend):

@@ -22,7 +22,7 @@ from memkit.scoring import StorageDtype
 from memkit_backends._embedded.columnar import ColumnarCollection
 from memkit_backends.sqlite._codec import RECORD_COLUMNS, record_from_row
 
-__all__ = ["DELETIONS_KEPT", "RecordCache", "log_deletions", "prune_deletions"]
+__all__ = ["DELETIONS_KEPT", "RecordCache", "file_dim", "log_deletions", "prune_deletions"]
 
 logger = logging.getLogger("memkit")
 
@@ -35,6 +35,12 @@ _COLLECTION_COLUMN, _ID_COLUMN = 1, 2
 
 def _meta(conn: sqlite3.Connection, key: str) -> int:
     return int(conn.execute("SELECT value FROM memkit_meta WHERE key = ?", (key,)).fetchone()[0])
+
+
+def file_dim(conn: sqlite3.Connection, name: str) -> int | None:
+    """The vector dimension the file records for collection ``name`` (None: none yet, or no collection)."""
+    row = conn.execute("SELECT dim FROM memkit_collections WHERE name = ?", (name,)).fetchone()
+    return row[0] if row is not None and isinstance(row[0], int) else None
 
 
 def log_deletions(conn: sqlite3.Connection, collection: str, ids: list[str], first_seq: int) -> None:
@@ -142,8 +148,7 @@ class RecordCache:
         return self.collections.get(name)
 
     def _load(self, conn: sqlite3.Connection, name: str) -> ColumnarCollection:
-        dim_row = conn.execute("SELECT dim FROM memkit_collections WHERE name = ?", (name,)).fetchone()
-        dim = dim_row[0] if dim_row and isinstance(dim_row[0], int) else None
+        dim = file_dim(conn, name)
         found = ColumnarCollection(dim, self._dtype)
         if dim is not None:
             total = conn.execute("SELECT count(*) FROM memkit_records WHERE collection = ?", (name,)).fetchone()[0]
