@@ -8,7 +8,7 @@ new SQLite file by the command itself, in a subprocess, as a user runs it; then 
 with its vectors. Figures:
 
 - ``import_per_s``: memories per second by the command's own clock (open, read, check every line, write
-  in batches of 2,000, save the resume position after each); ``import_wall_per_s`` counts the whole
+  in batches of 10,000 into SQLite, save the resume position after each); ``import_wall_per_s`` counts the whole
   process too (interpreter start, imports).
 - ``export_per_s``: the same for ``memkit export --vectors`` of the imported store.
 

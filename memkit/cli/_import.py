@@ -28,7 +28,7 @@ from anyio.abc import ObjectSendStream
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from memkit.cli._jsonl import Header, ResumeFile, file_identity
-from memkit.cli._lines import Parsed, read_batch, read_header
+from memkit.cli._lines import BATCH, EMBEDDED_BATCH, Parsed, read_batch, read_header
 from memkit.cli._output import CliError, ExitCode, print_json
 from memkit.cli._store import open_store
 
@@ -132,7 +132,8 @@ async def _run(args: argparse.Namespace, handle: IO[bytes], line: int, *, header
                 await anyio.to_thread.run_sync(state.save, position)
 
         use = identity == store_identity and not args.reembed
-        await _pipeline(handle, line, report, write, ahead=mem.backend.capabilities.concurrent_requests, dim=dim,
+        server = mem.backend.capabilities.concurrent_requests
+        await _pipeline(handle, line, report, write, ahead=server, dim=dim, size=BATCH if server else EMBEDDED_BATCH,
                         max_chars=mem.long_term.config.max_content_chars, use_vectors=use)  # fmt: skip
 
 

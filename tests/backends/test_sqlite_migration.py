@@ -1,5 +1,6 @@
-"""Files written by older versions open and are upgraded in place: schema 1 (full-text index without the
-scope column) and schema 2 (no access counters, no physical key expiry, no pruned deletion log) -> 3."""
+"""Files written by older versions open and are upgraded in place to schema 4: schema 1 (full-text index
+without the scope column), schema 2 (no access counters, no physical key expiry, no pruned deletion log)
+and schema 3 (an FTS5 table where version 4 keeps a plain table of tokens)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from pathlib import Path
 import anyio
 import numpy as np
 import pytest
-from memkit_backends.sqlite._schema import scope_tokens
 
 from memkit import open_backend
 from memkit.backend import Backend, Query, Scope, Weights
@@ -42,12 +42,20 @@ CREATE TABLE memkit_kv (
 _FTS = {
     1: "CREATE VIRTUAL TABLE memkit_records_fts USING fts5 (tokens, tokenize = 'unicode61')",
     2: "CREATE VIRTUAL TABLE memkit_records_fts USING fts5 (tokens, scope, tokenize = 'unicode61')",
+    3: "CREATE VIRTUAL TABLE memkit_records_fts USING fts5 (tokens, scope, tokenize = 'unicode61')",
 }
+_ADDED_IN_3 = """
+ALTER TABLE memkit_records ADD COLUMN access_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE memkit_records ADD COLUMN last_accessed REAL;
+ALTER TABLE memkit_kv ADD COLUMN gc_at REAL;
+INSERT INTO memkit_meta (key, value) VALUES ('deletions_floor', 0);
+UPDATE memkit_kv SET gc_at = expires_at;
+"""
 LEXICAL = Weights(similarity=0.0, lexical=1.0, recency=0.0, importance=0.0)
 
 
 def write_old_file(path: Path, version: int) -> float:
-    """A file as version 1 or 2 left it: one record with text and a vector, one key with a TTL."""
+    """A file as version 1, 2 or 3 left it: one record with text and a vector, one key with a TTL."""
     now = time.time()
     with sqlite3.connect(path) as conn:
         conn.executescript(_V2_TABLES.format(version=version) + _FTS[version] + ";")
@@ -61,8 +69,10 @@ def write_old_file(path: Path, version: int) -> float:
                          "FROM memkit_records")  # fmt: skip
         else:
             conn.execute("INSERT INTO memkit_records_fts (rowid, tokens, scope) SELECT rowid, 'blue teapot attic', "
-                         "? FROM memkit_records", (scope_tokens(Scope(user_id="u")),))  # fmt: skip
+                         "'u0123456789abcdef0123' FROM memkit_records")  # fmt: skip
         conn.execute("INSERT INTO memkit_kv VALUES ('ns', 'k', ?, ?)", (b"v", now + 3600))
+        if version == 3:
+            conn.executescript(_ADDED_IN_3)
     return now
 
 
@@ -77,7 +87,7 @@ def meta(path: Path, key: str) -> int:
         return int(conn.execute("SELECT value FROM memkit_meta WHERE key = ?", (key,)).fetchone()[0])
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 async def test_an_old_file_is_upgraded_in_place(tmp_path: Path, version: int) -> None:
     path = tmp_path / f"v{version}.db"
     now = write_old_file(path, version)
@@ -92,9 +102,13 @@ async def test_an_old_file_is_upgraded_in_place(tmp_path: Path, version: int) ->
         [record] = await backend.get("memories", ["teapot"])
         assert record.access_count == 2 and record.last_accessed == pytest.approx(now)
         assert [k for k, _ in (await backend.kv_scan("ns")).items] == ["k"]
-    assert meta(path, "schema_version") == 3 and meta(path, "deletions_floor") == 0
+    assert meta(path, "schema_version") == 4 and meta(path, "deletions_floor") == 0
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT gc_at FROM memkit_kv").fetchone()[0] == pytest.approx(now + 3600)
+        # Version 4: the FTS5 table is gone, the text's tokens (memkit's, stemmed) are kept by rowid.
+        assert conn.execute("SELECT r.id, t.tokens FROM memkit_records r JOIN memkit_tokens t ON t.record = r.rowid"
+                            ).fetchall() == [("teapot", "blue teapot attic")]  # fmt: skip
+        assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memkit_records_fts'").fetchone() is None
     async with opened(path) as backend:  # the upgrade is idempotent, and the counters persisted
         assert (await backend.get("memories", ["teapot"]))[0].access_count == 2
 
@@ -112,7 +126,7 @@ async def test_two_clients_upgrading_at_once(tmp_path: Path) -> None:
     async with anyio.create_task_group() as group:
         for _ in range(6):
             group.start_soon(client)
-    assert counts == [1] * 6 and meta(path, "schema_version") == 3
+    assert counts == [1] * 6 and meta(path, "schema_version") == 4
 
 
 async def test_a_newer_file_is_refused(tmp_path: Path) -> None:

@@ -128,3 +128,20 @@ async def test_a_write_that_needs_the_collection_loads_it_before_taking_the_writ
         backend._conn.set_trace_callback(None)  # type: ignore[attr-defined]
     load = next(i for i, s in enumerate(statements) if s.startswith("SELECT rowid, collection, id"))
     assert load < statements.index("BEGIN IMMEDIATE"), statements
+
+
+async def test_stored_tokens_follow_their_rows(tmp_path: Path) -> None:
+    """A text's tokens are kept beside its row (a load reads them instead of tokenizing): a rewrite
+    replaces them, a rewrite without text and a delete remove them, and a new process scores by them."""
+    path = tmp_path / "t.db"
+    async with open_backend(f"sqlite:///{path}") as backend:
+        await backend.upsert("c", [make_record(i, text=f"{i} teapots", seed=n) for n, i in enumerate("abc")])
+        await backend.upsert("c", [make_record("a", text="kettles boiling", seed=5), make_record("b", seed=6)])
+        await backend.delete("c", ["c"])
+    with sqlite3.connect(path) as conn:
+        stored = conn.execute("SELECT r.id, t.tokens FROM memkit_tokens t LEFT JOIN memkit_records r "
+                              "ON r.rowid = t.record").fetchall()  # fmt: skip
+    assert stored == [("a", "kettl boil")]  # stemmed, as queries are
+    async with open_backend(f"sqlite:///{path}") as backend:
+        hits = await backend.query("c", Query(scope=ALICE, text="boiling kettle", k=3))
+        assert [hit.record.id for hit in hits if hit.scores.lexical > 0] == ["a"]

@@ -42,7 +42,7 @@ from memkit_backends.sqlite._cache import DELETIONS_KEPT, RecordCache, file_dim,
 from memkit_backends.sqlite._codec import record_params
 from memkit_backends.sqlite._connect import connect, driver_error
 from memkit_backends.sqlite._kv_face import SQLiteKeyValue
-from memkit_backends.sqlite._schema import create_schema, scope_tokens
+from memkit_backends.sqlite._schema import create_schema
 
 __all__ = ["SQLiteBackend"]
 
@@ -258,8 +258,8 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
     def _write_records(
         self, conn: sqlite3.Connection, collection: str, cache: ColumnarCollection | None, records: Sequence[Record]
     ) -> _Written:
-        """Writes the rows and their full-text entries; returns each text's tokens by id, for the cache (a
-        text tokenized twice was a sixth of an import), and the counters of rows the cache could not decode.
+        """Writes the rows and their texts' tokens; returns the tokens by id, for the cache (a text
+        tokenized twice was a sixth of an import), and the counters of rows the cache could not decode.
         ``cache``: None when the collection is not loaded. A record rewritten over a row keeps the row's
         counters if they can be read (the ON CONFLICT clause resets those that cannot), whether or not the
         rest of the row could: one rule, loaded or not."""
@@ -280,9 +280,11 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         )
         rowids = dict(conn.execute("SELECT id, rowid FROM memkit_records WHERE seq >= ?", (first,)))
         tokens = {record.id: tokenize(record.text) for record in records if record.text}
-        scopes = {scope: scope_tokens(scope) for scope in {r.scope for r in records}}  # a batch shares a few
-        self._index_text(conn, [(rowids[r.id], " ".join(tokens[r.id]) if r.text else None, scopes[r.scope])
-                                for r in records])  # fmt: skip
+        # A rewrite keeps its rowid: its old tokens are replaced, or deleted when it no longer has text.
+        conn.executemany("INSERT OR REPLACE INTO memkit_tokens (record, tokens) VALUES (?, ?)",
+                         [(rowids[record_id], " ".join(words)) for record_id, words in tokens.items()])  # fmt: skip
+        conn.executemany("DELETE FROM memkit_tokens WHERE record = ?",
+                         [(rowids[r.id],) for r in records if r.id not in tokens])  # fmt: skip
         conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (collection, dim))
         conn.execute("UPDATE memkit_collections SET dim = ? WHERE name = ? AND dim IS NULL", (dim, collection))
         bad = sorted(self.undecodable.get(collection, set()).intersection(rowids)) if cache is not None else []
@@ -293,16 +295,6 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
                 "SELECT id, access_count, last_accessed FROM memkit_records WHERE collection = ? AND id IN "
                 f"({','.join('?' * len(chunk))})", (collection, *chunk)))  # fmt: skip
         return _Written(tokens, counters)
-
-    @staticmethod
-    def _index_text(conn: sqlite3.Connection, rows: list[tuple[int, str | None, str]]) -> None:
-        # Queries score text from the cache's BM25; the FTS5 table is still kept current, so a file stays
-        # right for a process running an older memkit (which searches it) until the schema drops it.
-        conn.executemany("DELETE FROM memkit_records_fts WHERE rowid = ?", [(rowid,) for rowid, _, _ in rows])
-        conn.executemany(
-            "INSERT INTO memkit_records_fts (rowid, tokens, scope) VALUES (?, ?, ?)",
-            [row for row in rows if row[1]],
-        )
 
     async def touch(self, collection: str, counts: Mapping[str, int], at: float) -> None:
         if not counts:
@@ -373,12 +365,8 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
     def _delete_rows(self, conn: sqlite3.Connection, collection: str, ids: list[str]) -> None:
         first = self._next_seqs(conn, len(ids))
         keys = [(collection, record_id) for record_id in ids]
-        rowids = [
-            row[0]
-            for key in keys
-            for row in conn.execute("SELECT rowid FROM memkit_records WHERE collection = ? AND id = ?", key)
-        ]
-        conn.executemany("DELETE FROM memkit_records_fts WHERE rowid = ?", [(rowid,) for rowid in rowids])
+        conn.executemany("DELETE FROM memkit_tokens WHERE record = (SELECT rowid FROM memkit_records "
+                         "WHERE collection = ? AND id = ?)", keys)  # fmt: skip
         conn.executemany("DELETE FROM memkit_records WHERE collection = ? AND id = ?", keys)
         log_deletions(conn, collection, ids, first)
         self._deletions_since_prune += len(ids)

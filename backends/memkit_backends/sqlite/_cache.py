@@ -31,6 +31,7 @@ DELETIONS_KEPT: Final = 10_000
 _LOAD_BATCH = 5_000
 _SEQ_COLUMN = 13
 _COLLECTION_COLUMN, _ID_COLUMN = 1, 2
+_TOKENS_COLUMN = 16
 
 
 def _meta(conn: sqlite3.Connection, key: str) -> int:
@@ -122,15 +123,14 @@ class RecordCache:
         changes.sort(key=lambda change: change[0])
         for _, name, record_id, row in changes:
             collection, bad = self.collections[name], self.undecodable.setdefault(name, set())
-            record = None if row is None else self._decode(row, collection.dim)
-            if record is None:
+            if row is None:
                 collection.delete([record_id])
-                if row is None:
-                    bad.discard(record_id)
-                else:
-                    bad.add(record_id)
+                bad.discard(record_id)
+            elif (record := self._decode(row, collection.dim)) is None:
+                collection.delete([record_id])
+                bad.add(record_id)
             else:
-                collection.upsert([record], keep_counters=False)
+                collection.upsert([record], keep_counters=False, tokens=_stored_tokens(row, record))
                 bad.discard(record_id)
 
     # -- loading ------------------------------------------------------------------------------------
@@ -154,17 +154,12 @@ class RecordCache:
             total = conn.execute("SELECT count(*) FROM memkit_records WHERE collection = ?", (name,)).fetchone()[0]
             found.reserve(int(total))
         bad = self.undecodable[name] = set()
-        # Each row's tokens come from the full-text table, written with it: no text is tokenized again.
-        cursor = conn.execute(
-            f"SELECT {RECORD_COLUMNS}, (SELECT tokens FROM memkit_records_fts f WHERE f.rowid = memkit_records.rowid) "
-            "FROM memkit_records WHERE collection = ?",
-            (name,),
-        )
+        # Each row's tokens were written with it: no text is tokenized again.
+        cursor = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE collection = ?", (name,))
         while batch := cursor.fetchmany(_LOAD_BATCH):
             records: list[Record] = []
             tokens: dict[str, list[str]] = {}
-            for full_row in batch:
-                row, words = full_row[:-1], full_row[-1]
+            for row in batch:
                 record = self._decode(row, dim)
                 if record is None:
                     bad.add(row[_ID_COLUMN])
@@ -172,8 +167,7 @@ class RecordCache:
                 if dim is None and record.vector is not None:
                     dim = int(record.vector.shape[0])
                 records.append(record)
-                if isinstance(words, str) and record.text:
-                    tokens[record.id] = words.split()
+                tokens.update(_stored_tokens(row, record))
             found.upsert(records, keep_counters=False, tokens=tokens, checked=True)  # checked as decoded
         return found
 
@@ -191,3 +185,9 @@ class RecordCache:
                            self._label, exc)  # fmt: skip
             return None
         return record
+
+
+def _stored_tokens(row: tuple[Any, ...], record: Record) -> dict[str, list[str]]:
+    """The row's tokens by id when it has them (else the index tokenizes the text itself)."""
+    words = row[_TOKENS_COLUMN]
+    return {record.id: words.split()} if isinstance(words, str) and record.text else {}

@@ -21,8 +21,10 @@ __all__ = ["COUNTER_COLUMNS", "RECORD_COLUMNS", "record_from_row", "record_param
 
 RECORD_COLUMNS: Final = (
     "rowid, collection, id, user_id, agent_id, session_id, body, text, vector, importance, timestamp, expires_at, "
-    "fields, seq, access_count, last_accessed"
+    "fields, seq, access_count, last_accessed, "
+    "(SELECT tokens FROM memkit_tokens WHERE record = memkit_records.rowid)"
 )
+"""The last, the text's tokens, is not part of the record: the loader gives it to the BM25 index."""
 COUNTER_COLUMNS: Final = ("access_count", "last_accessed")
 """Beside the record: written by ``touch`` only, kept by upserts (unless unreadable: then reset)."""
 
@@ -31,6 +33,7 @@ _fields_decoder = msgspec.json.Decoder(dict[str, str | int | float | bool | tupl
 
 
 def record_params(collection: str, record: Record, seq: int) -> tuple[Any, ...]:
+    """The INSERT's parameters: ``RECORD_COLUMNS`` from ``collection`` to ``seq``."""
     vector = None if record.vector is None else np.ascontiguousarray(record.vector, np.float32).tobytes()
     scope = record.scope
     return (
@@ -51,7 +54,7 @@ def record_from_row(row: tuple[Any, ...]) -> Record:
 
 def _decode(row: tuple[Any, ...]) -> Record:
     (_, _, record_id, user_id, agent_id, session_id, body, text, vector, importance, timestamp, expires_at,
-     fields, _, access_count, last_accessed) = row  # fmt: skip
+     fields, _, access_count, last_accessed, _) = row  # fmt: skip
     for name, value in (("id", record_id), ("user_id", user_id), ("agent_id", agent_id),
                         ("session_id", session_id), ("text", text)):  # fmt: skip
         if not (value is None or isinstance(value, str)) or (name == "id" and value is None):

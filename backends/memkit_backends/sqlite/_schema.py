@@ -1,23 +1,27 @@
-"""SQLite schema, upgraded in place: version 1 -> 2 -> 3, idempotently, inside the caller's transaction.
+"""SQLite schema, upgraded in place from any older version, idempotently, inside the caller's transaction.
 
 Version 2 added the scope column of the full-text index; version 3 added the access counters
 (``access_count``, ``last_accessed`` of ``memkit_records``), the physical expiry of keys (``gc_at`` of
 ``memkit_kv``) and ``deletions_floor``, the newest change number pruned from ``memkit_deletions``.
+Version 4 dropped the FTS5 table (``memkit_records_fts``) for ``memkit_tokens``, each text's tokens by
+its row's rowid: queries score text from the in-process BM25 index since version 3, so the FTS5 index
+was written with every row and never searched. The tokens are kept so that loading a collection does
+not tokenize its texts again; they are not a column of ``memkit_records`` because its rows are sized
+for the page: a 384-dimensional record and its tokens no longer fit two to a 4 KiB page (the file of
+100k such memories doubled, and with it every write and read of them).
 """
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from typing import Final
 
-from memkit.backend import Record, Scope
 from memkit.errors import CorruptDataError
 from memkit.text import tokenize
 
-__all__ = ["SCHEMA_VERSION", "create_schema", "fts_tokens", "scope_tokens"]
+__all__ = ["SCHEMA_VERSION", "create_schema"]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 _TABLES: Final = """
 CREATE TABLE IF NOT EXISTS memkit_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -42,8 +46,8 @@ CREATE TABLE IF NOT EXISTS memkit_records (
     last_accessed REAL,
     UNIQUE (collection, id)
 );
+CREATE TABLE IF NOT EXISTS memkit_tokens (record INTEGER PRIMARY KEY, tokens TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS memkit_deletions (seq INTEGER PRIMARY KEY, collection TEXT NOT NULL, id TEXT NOT NULL);
-CREATE VIRTUAL TABLE IF NOT EXISTS memkit_records_fts USING fts5 (tokens, scope, tokenize = 'unicode61');
 CREATE TABLE IF NOT EXISTS memkit_kv (
     namespace TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, expires_at REAL, gc_at REAL,
     PRIMARY KEY (namespace, key)
@@ -73,13 +77,12 @@ def create_schema(conn: sqlite3.Connection) -> None:
     ).fetchone()[0]
     if version is not None and version > SCHEMA_VERSION:
         raise CorruptDataError(f"this file was written by a newer memkit (schema {version}); upgrade memkit")
-    if version == 1:
-        conn.execute("DROP TABLE memkit_records_fts")  # v2 adds the scope column; rebuilt below
     _execute(conn, _TABLES.format(version=SCHEMA_VERSION))
     _add_columns(conn)
     _execute(conn, _INDEXES)
-    if version == 1:
-        _rebuild_fts(conn)
+    if version is not None and version < 4:
+        _fill_tokens(conn)
+        conn.execute("DROP TABLE IF EXISTS memkit_records_fts")
     if version is not None and version < SCHEMA_VERSION:
         conn.execute("UPDATE memkit_meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
 
@@ -92,7 +95,7 @@ def _execute(conn: sqlite3.Connection, script: str) -> None:
 
 
 def _add_columns(conn: sqlite3.Connection) -> None:
-    """Version 3's columns on tables an older version created (a no-op on a version 3 file)."""
+    """Version 3's columns on tables an older version created (a no-op on a version 3 or 4 file)."""
     for table, columns in _ADDED_IN_3.items():
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         for name, declaration in columns:
@@ -102,27 +105,12 @@ def _add_columns(conn: sqlite3.Connection) -> None:
                     conn.execute("UPDATE memkit_kv SET gc_at = expires_at")
 
 
-def _rebuild_fts(conn: sqlite3.Connection) -> None:
-    rows = conn.execute("SELECT rowid, text, user_id, agent_id, session_id FROM memkit_records WHERE text IS NOT NULL")
-    conn.executemany(
-        "INSERT INTO memkit_records_fts (rowid, tokens, scope) VALUES (?, ?, ?)",
-        [(rowid, " ".join(tokenize(text)), scope_tokens(Scope(user_id=u, agent_id=a, session_id=s)))
-         for rowid, text, u, a, s in rows],
-    )  # fmt: skip
-
-
-def scope_tokens(scope: Scope) -> str:
-    """Scope ids as FTS5 terms (hex, so any id is one safe token): the text search itself is scoped."""
-    return " ".join(
-        f"{prefix}{hashlib.blake2b(value.encode(), digest_size=10).hexdigest()}"
-        for prefix, value in (("u", scope.user_id), ("a", scope.agent_id), ("s", scope.session_id))
-        if value is not None
-    )
-
-
-def fts_tokens(record: Record) -> str | None:
-    """The text FTS5 indexes: memkit's own tokens, so stemming and stop words match ``memory://``."""
-    return " ".join(tokenize(record.text)) if record.text else None
+def _fill_tokens(conn: sqlite3.Connection) -> None:
+    # Tokenized again rather than copied from the FTS5 table: version 1's has no scope column, and the
+    # tokens are this version's either way.
+    rows = conn.execute("SELECT rowid, text FROM memkit_records WHERE typeof(text) = 'text' AND text != ''")
+    conn.executemany("INSERT OR REPLACE INTO memkit_tokens (record, tokens) VALUES (?, ?)",
+                     [(rowid, " ".join(tokenize(text))) for rowid, text in rows.fetchall()])  # fmt: skip
 
 
 def _has_table(conn: sqlite3.Connection, name: str) -> bool:
