@@ -197,3 +197,27 @@ def test_the_transfer_benchmark_writes_its_figures(tmp_path: Path) -> None:
                    check=True, capture_output=True, timeout=600)  # fmt: skip
     figures = json.loads(out.read_text())
     assert figures["n"] == 3000 and figures["import_per_s"] > 0 and figures["export_per_s"] > 0
+
+
+def test_lines_are_read_in_checked_chunks_and_joined_in_order(tmp_path: Path) -> None:
+    """An embedded store's batches are several chunks of checked lines: their memories, bad lines (by
+    number) and position join up as one batch's would, and the next batch starts where it stopped."""
+    from memkit.cli._lines import BATCH, read_header, read_lines
+
+    path = tmp_path / "chunks.jsonl"
+    lines = [{"content": f"note {i}", "user_id": "ada"} if i % 1000 != 7 else {"content": "", "user_id": "ada"}
+             for i in range(2 * BATCH + 500)]  # fmt: skip
+    _write_lines(path, lines)
+    with path.open("ab") as handle:
+        handle.write(b"\n\n")  # blank lines at the end are not lines to import
+    options: dict[str, Any] = {"dim": None, "max_chars": 1000, "use_vectors": False}
+    with path.open("rb") as handle:
+        assert read_header(handle) is None
+        first = read_lines(handle, 0, size=2 * BATCH, **options)
+        rest = read_lines(handle, first.line, size=2 * BATCH, **options)
+        end = read_lines(handle, rest.line, size=2 * BATCH, **options)
+    assert len(first.memories) + len(first.bad) == 2 * BATCH and first.line == 2 * BATCH
+    assert [m.content for m in first.memories + rest.memories] == [
+        line["content"] for line in lines if line["content"]]  # fmt: skip
+    assert [n for n, _ in first.bad + rest.bad] == [i + 1 for i in range(len(lines)) if i % 1000 == 7]
+    assert not end.memories and not end.bad and end.offset == rest.offset == path.stat().st_size
