@@ -26,16 +26,13 @@ from memkit.errors import NotOpenError
 from memkit_backends._embedded.columnar import ColumnarCollection
 from memkit_backends._embedded.kv import ExpiringDict
 from memkit_backends._embedded.nearest import nearest
+from memkit_backends._embedded.offload import OFFLOAD_MIN_ROWS, offloaded
 from memkit_backends._embedded.options import DTYPE_OPTION, storage_dtype
 
 __all__ = ["OFFLOAD_MIN_ROWS", "InProcessCollections", "MemoryBackend"]
 
 T = TypeVar("T")
 
-OFFLOAD_MIN_ROWS = 20_000
-"""Scans of collections this large (queries, scans, counts, near-duplicate checks, big writes) run in a worker
-thread so the event loop never stalls. Small operations (a get, a one-record write) stay on the loop: a
-thread hop costs ~50-90 us, and at 20k rows per-item hops were most of a store_many batch (profiled)."""
 BIG_WRITE = 256
 OPTIONS: Final = (DTYPE_OPTION,)
 
@@ -71,7 +68,7 @@ class InProcessCollections:
             lock = self._locks[name] = anyio.Lock(fast_acquire=True)
         async with lock:
             found = self.collection(name)
-            if scans and (len(found) if scope is None else found.scope_size(scope)) >= OFFLOAD_MIN_ROWS:
+            if offloaded(found, scans=scans, scope=scope):
                 return await anyio.to_thread.run_sync(action, found)
             return action(found)
 
