@@ -129,6 +129,22 @@ async def test_two_clients_upgrading_at_once(tmp_path: Path) -> None:
     assert counts == [1] * 6 and meta(path, "schema_version") == 4
 
 
+async def test_an_old_file_with_a_text_that_is_not_utf8_still_opens(tmp_path: Path) -> None:
+    """The upgrade copies the tokens in SQL: one undecodable text (written by hand or by a bug) is that
+    record's problem, never the whole file's (every open of it failed while the upgrade decoded texts)."""
+    path = tmp_path / "v3.db"
+    write_old_file(path, 3)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO memkit_records (collection, id, user_id, body, text, importance, timestamp, "
+            "fields, seq) VALUES ('junk', 'bad', 'u', x'00', CAST(x'ff74656170' AS TEXT), 0.5, 1.0, '{}', 2)"
+        )
+    async with opened(path) as backend:
+        assert [r.id for r in await backend.get("memories", ["teapot"])] == ["teapot"]
+        assert await backend.kv_get("ns", "k") == b"v"
+    assert meta(path, "schema_version") == 4
+
+
 async def test_a_newer_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "future.db"
     write_old_file(path, 2)

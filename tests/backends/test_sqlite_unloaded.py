@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from memkit import open_backend
-from memkit.backend import Query, Record, Scope
+from memkit.backend import Query, Record, Scope, Weights
 from memkit.errors import DimensionMismatchError, ValidationError
 from memkit.testing import make_record
 from memkit.testing._helpers import unit
@@ -145,3 +145,38 @@ async def test_stored_tokens_follow_their_rows(tmp_path: Path) -> None:
     async with open_backend(f"sqlite:///{path}") as backend:
         hits = await backend.query("c", Query(scope=ALICE, text="boiling kettle", k=3))
         assert [hit.record.id for hit in hits if hit.scores.lexical > 0] == ["a"]
+
+
+LEXICAL = Weights(similarity=0.0, lexical=1.0, recency=0.0, importance=0.0)
+
+
+async def _lexical_ids(url: str, collection: str, text: str) -> list[str]:
+    async with open_backend(url) as backend:
+        hits = await backend.query(collection, Query(scope=ALICE, text=text, k=5, weights=LEXICAL, now=1e12))
+        return [hit.record.id for hit in hits if hit.scores.lexical > 0]
+
+
+async def test_tokens_whose_rowid_now_names_another_record_are_not_used(tmp_path: Path) -> None:
+    """A copy that renumbers rowids (``.dump`` and restore) leaves tokens under other records' rowids:
+    each tokens row names its record, and one that does not match is ignored (the text is tokenized)."""
+    path, url = tmp_path / "n.db", f"sqlite:///{tmp_path / 'n.db'}"
+    async with open_backend(url) as backend:
+        await backend.upsert("c", [make_record(f"r{i}", text=f"teapot{i}", seed=i) for i in range(6)])
+    with sqlite3.connect(path) as conn:  # what renumbering does: every record's tokens move one rowid on
+        conn.execute("UPDATE memkit_tokens SET record = -record")
+        conn.execute("UPDATE memkit_tokens SET record = 1 - record")
+    assert await _lexical_ids(url, "c", "teapot4") == ["r4"]
+
+
+async def test_a_foreign_row_with_the_same_id_keeps_its_own_tokens(tmp_path: Path) -> None:
+    path, url = tmp_path / "f.db", f"sqlite:///{tmp_path / 'f.db'}"
+    async with open_backend(url) as backend:
+        await backend.upsert("d", [make_record("x", text="apple", seed=1)])
+        await backend.upsert("c", [make_record("x", text="teapot", seed=1)])
+    with sqlite3.connect(path) as conn:  # a hand-edited change number that sorts after every integer
+        conn.execute("UPDATE memkit_records SET seq = 'oops' WHERE collection = 'd'")
+    async with open_backend(url) as backend:
+        await backend.upsert("c", [make_record("x", text="kettle", seed=1)])
+    assert await _lexical_ids(url, "c", "kettle") == ["x"]
+    assert await _lexical_ids(url, "c", "teapot") == []
+    assert await _lexical_ids(url, "d", "apple") == ["x"]

@@ -298,11 +298,13 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             "last_accessed = CASE WHEN typeof(last_accessed) IN ('integer', 'real') THEN last_accessed END",
             [record_params(collection, record, first + i) for i, record in enumerate(records)],
         )
-        rowids = dict(conn.execute("SELECT id, rowid FROM memkit_records WHERE seq >= ?", (first,)))
+        rowids = dict(conn.execute("SELECT id, rowid FROM memkit_records WHERE seq >= ? AND collection = ?",
+                                   (first, collection)))  # fmt: skip
         tokens = {record.id: tokenize(record.text) for record in records if record.text}
         # A rewrite keeps its rowid: its old tokens are replaced, or deleted when it no longer has text.
-        conn.executemany("INSERT OR REPLACE INTO memkit_tokens (record, tokens) VALUES (?, ?)",
-                         [(rowids[record_id], " ".join(words)) for record_id, words in tokens.items()])  # fmt: skip
+        conn.executemany("INSERT OR REPLACE INTO memkit_tokens (record, collection, id, tokens) VALUES (?, ?, ?, ?)",
+                         [(rowids[record_id], collection, record_id, " ".join(words))
+                          for record_id, words in tokens.items()])  # fmt: skip
         conn.executemany("DELETE FROM memkit_tokens WHERE record = ?",
                          [(rowids[r.id],) for r in records if r.id not in tokens])  # fmt: skip
         conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (collection, dim))

@@ -22,7 +22,8 @@ __all__ = ["COUNTER_COLUMNS", "RECORD_COLUMNS", "record_from_row", "record_param
 RECORD_COLUMNS: Final = (
     "rowid, collection, id, user_id, agent_id, session_id, body, text, vector, importance, timestamp, expires_at, "
     "fields, seq, access_count, last_accessed, "
-    "(SELECT tokens FROM memkit_tokens WHERE record = memkit_records.rowid)"
+    "(SELECT tokens FROM memkit_tokens t WHERE t.record = memkit_records.rowid AND t.id = memkit_records.id "
+    "AND t.collection = memkit_records.collection)"
 )
 """The last, the text's tokens, is not part of the record: the loader gives it to the BM25 index."""
 COUNTER_COLUMNS: Final = ("access_count", "last_accessed")

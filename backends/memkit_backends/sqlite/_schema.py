@@ -8,7 +8,9 @@ its row's rowid: queries score text from the in-process BM25 index since version
 was written with every row and never searched. The tokens are kept so that loading a collection does
 not tokenize its texts again; they are not a column of ``memkit_records`` because its rows are sized
 for the page: a 384-dimensional record and its tokens no longer fit two to a 4 KiB page (the file of
-100k such memories doubled, and with it every write and read of them).
+100k such memories doubled, and with it every write and read of them). Each tokens row names its
+record's collection and id too, and is used only where they still match: a copy that renumbers rowids
+(``.dump`` and restore) would otherwise give records other records' tokens; a mismatch is tokenized.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import sqlite3
 from typing import Final
 
 from memkit.errors import CorruptDataError
-from memkit.text import tokenize
 
 __all__ = ["SCHEMA_VERSION", "create_schema"]
 
@@ -46,7 +47,9 @@ CREATE TABLE IF NOT EXISTS memkit_records (
     last_accessed REAL,
     UNIQUE (collection, id)
 );
-CREATE TABLE IF NOT EXISTS memkit_tokens (record INTEGER PRIMARY KEY, tokens TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS memkit_tokens (
+    record INTEGER PRIMARY KEY, collection TEXT NOT NULL, id TEXT NOT NULL, tokens TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS memkit_deletions (seq INTEGER PRIMARY KEY, collection TEXT NOT NULL, id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS memkit_kv (
     namespace TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, expires_at REAL, gc_at REAL,
@@ -81,8 +84,7 @@ def create_schema(conn: sqlite3.Connection) -> None:
     _add_columns(conn)
     _execute(conn, _INDEXES)
     if version is not None and version < 4:
-        _fill_tokens(conn)
-        conn.execute("DROP TABLE IF EXISTS memkit_records_fts")
+        _copy_tokens(conn)
     if version is not None and version < SCHEMA_VERSION:
         conn.execute("UPDATE memkit_meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
 
@@ -105,12 +107,15 @@ def _add_columns(conn: sqlite3.Connection) -> None:
                     conn.execute("UPDATE memkit_kv SET gc_at = expires_at")
 
 
-def _fill_tokens(conn: sqlite3.Connection) -> None:
-    # Tokenized again rather than copied from the FTS5 table: version 1's has no scope column, and the
-    # tokens are this version's either way.
-    rows = conn.execute("SELECT rowid, text FROM memkit_records WHERE typeof(text) = 'text' AND text != ''")
-    conn.executemany("INSERT OR REPLACE INTO memkit_tokens (record, tokens) VALUES (?, ?)",
-                     [(rowid, " ".join(tokenize(text))) for rowid, text in rows.fetchall()])  # fmt: skip
+def _copy_tokens(conn: sqlite3.Connection) -> None:
+    # Copied in SQL, not tokenized again: quick on a big file (the write lock is held, and other processes
+    # opening it wait at most their busy timeout), no text is decoded (one text that is not UTF-8 failed
+    # every open), and the tokens are those the version that wrote the file scored with.
+    if _has_table(conn, "memkit_records_fts"):
+        conn.execute("INSERT OR REPLACE INTO memkit_tokens (record, collection, id, tokens) "
+                     "SELECT r.rowid, r.collection, r.id, f.tokens FROM memkit_records_fts f "
+                     "JOIN memkit_records r ON r.rowid = f.rowid WHERE typeof(f.tokens) = 'text'")  # fmt: skip
+        conn.execute("DROP TABLE memkit_records_fts")
 
 
 def _has_table(conn: sqlite3.Connection, name: str) -> bool:
