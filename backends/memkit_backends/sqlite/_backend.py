@@ -298,7 +298,8 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             "last_accessed = CASE WHEN typeof(last_accessed) IN ('integer', 'real') THEN last_accessed END",
             [record_params(collection, record, first + i) for i, record in enumerate(records)],
         )
-        rowids = dict(conn.execute("SELECT id, rowid FROM memkit_records WHERE seq >= ? AND collection = ?",
+        # ``+collection``: by the change numbers' index, not the scope index (every row of the collection).
+        rowids = dict(conn.execute("SELECT id, rowid FROM memkit_records WHERE seq >= ? AND +collection = ?",
                                    (first, collection)))  # fmt: skip
         tokens = {record.id: tokenize(record.text) for record in records if record.text}
         # A rewrite keeps its rowid: its old tokens are replaced, or deleted when it no longer has text.

@@ -111,7 +111,9 @@ class RecordCache:
         # Only the loaded collections' changes: another process importing into a collection this one never
         # read would otherwise have each of its rows, vector and all, fetched here to be dropped.
         loaded = list(self.collections)
-        among = f"collection IN ({','.join('?' * len(loaded))})"
+        # ``+collection``: SQLite otherwise plans the scope index (collection first) and reads every row of
+        # the loaded collections for a few changed ones: 2.3 s per catch-up at 100k rows, 0.1 ms by seq.
+        among = f"+collection IN ({','.join('?' * len(loaded))})"
         rows = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE seq > ? AND {among}",
                             (self.last_seq, *loaded))  # fmt: skip
         changes: list[tuple[int, str, str, tuple[Any, ...] | None]] = [
