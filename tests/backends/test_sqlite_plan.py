@@ -95,3 +95,30 @@ async def test_catching_up_reads_only_the_changed_rows(tmp_path: Path) -> None:
         for statement in reads:
             plan = " ".join(row[3] for row in check.execute(f"EXPLAIN QUERY PLAN {statement}"))
             assert "memkit_records_scope" not in plan and "SCAN" not in plan, (statement, plan)
+
+
+async def test_a_load_reads_a_big_collection_in_table_order_and_a_small_one_by_index(tmp_path: Path) -> None:
+    """Loading the collection that is most of the file reads the table in its own order (by the scope
+    index every row was a jump); a small collection beside a big one is read through the index."""
+    from memkit.backend import Scope
+    from memkit.testing import make_record
+
+    path, url = tmp_path / "l.db", f"sqlite:///{tmp_path / 'l.db'}"
+    async with open_backend(url) as backend:
+        await backend.upsert("big", [make_record(f"r{i}", seed=i) for i in range(40)])
+        await backend.upsert("small", [make_record(f"s{i}", seed=i) for i in range(5)])
+    plans: dict[str, str] = {}
+    async with open_backend(url) as backend:
+        statements: list[str] = []
+        conn = backend._conn  # type: ignore[attr-defined]
+        conn.set_trace_callback(statements.append)
+        for name in ("big", "small"):
+            await backend.count(name, Scope(user_id="alice"))
+        conn.set_trace_callback(None)
+    with sqlite3.connect(path) as check:
+        for statement in statements:
+            if statement.startswith("SELECT rowid, collection, id"):
+                name = "big" if "'big'" in statement else "small"
+                plans[name] = " ".join(row[3] for row in check.execute(f"EXPLAIN QUERY PLAN {statement}"))
+    assert plans["big"].startswith("SCAN memkit_records"), plans
+    assert "USING INDEX" in plans["small"] and not plans["small"].startswith("SCAN"), plans

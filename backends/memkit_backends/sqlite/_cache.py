@@ -161,12 +161,16 @@ class RecordCache:
     def _load(self, conn: sqlite3.Connection, name: str) -> ColumnarCollection:
         dim = file_dim(conn, name)
         found = ColumnarCollection(dim, self._dtype)
+        rows = int(conn.execute("SELECT count(*) FROM memkit_records WHERE collection = ?", (name,)).fetchone()[0])
         if dim is not None:
-            total = conn.execute("SELECT count(*) FROM memkit_records WHERE collection = ?", (name,)).fetchone()[0]
-            found.reserve(int(total))
+            found.reserve(rows)
         bad = self.undecodable[name] = set()
-        # Each row's tokens were written with it: no text is tokenized again.
-        cursor = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE collection = ?", (name,))
+        # Each row's tokens were written with it: no text is tokenized again. A collection that is most of
+        # the file is read in the table's own order (``+collection``: the scope index's order is by user,
+        # so every row was a jump: 0.9 -> 0.5 s for 100k rows from a warm page cache).
+        most = rows * 2 >= int(conn.execute("SELECT count(*) FROM memkit_records").fetchone()[0])
+        where = "+collection = ?" if most else "collection = ?"
+        cursor = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE {where}", (name,))
         while batch := cursor.fetchmany(_LOAD_BATCH):
             records: list[Record] = []
             tokens: dict[str, list[str]] = {}
