@@ -122,3 +122,22 @@ async def test_a_load_reads_a_big_collection_in_table_order_and_a_small_one_by_i
                 plans[name] = " ".join(row[3] for row in check.execute(f"EXPLAIN QUERY PLAN {statement}"))
     assert plans["big"].startswith("SCAN memkit_records"), plans
     assert "USING INDEX" in plans["small"] and not plans["small"].startswith("SCAN"), plans
+
+
+async def test_a_new_file_has_8k_pages_and_an_old_one_keeps_its_own(tmp_path: Path) -> None:
+    """Memories of 2-3 KB left 4 KiB pages half empty; a file made before keeps its page size and works."""
+    from memkit.backend import Scope
+    from memkit.testing import make_record
+
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as conn:
+        conn.execute("PRAGMA page_size = 4096")
+        conn.execute("CREATE TABLE other (a)")
+    for path in (tmp_path / "new.db", old):
+        async with open_backend(f"sqlite:///{path}") as backend:
+            await backend.upsert("c", [make_record(f"r{i}", text=f"note {i}", seed=i) for i in range(5)])
+        async with open_backend(f"sqlite:///{path}") as backend:
+            assert await backend.count("c", Scope(user_id="alice")) == 5
+    for path, size in ((tmp_path / "new.db", 8192), (old, 4096)):
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA page_size").fetchone()[0] == size

