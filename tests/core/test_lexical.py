@@ -6,7 +6,8 @@ import math
 from collections import Counter
 
 import numpy as np
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memkit.scoring._lexical import K1, B, Bm25Index
@@ -135,3 +136,50 @@ def test_remembered_stems_tokenize_as_the_stemmer_does(texts: list[str]) -> None
             assert tokenize(text) == reference(text)
     finally:
         text_module._MAX_STEMS = limit  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("by_rows", [True, False])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(operation, max_size=80), query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4),
+       keep=st.sets(st.integers(0, 40)))  # fmt: skip
+def test_both_ways_of_scoring_candidate_rows_agree_with_the_reference(
+    monkeypatch: pytest.MonkeyPatch, by_rows: bool, ops: list[tuple[str, int, list[str]]], query: list[str],
+    keep: set[int],
+) -> None:  # fmt: skip
+    """A scope's rows are scored from their own terms when that is cheaper than the query terms' postings, else
+    from the postings: either way the reference's scores, bit for bit the same, rows past the index included."""
+    monkeypatch.setattr(Bm25Index, "_by_rows_cheaper", lambda self, rows, postings: by_rows)
+    index = Bm25Index()
+    docs: dict[int, list[str]] = {}
+    batch: dict[int, list[str]] = {}  # adds go in batches (a term's id freed and taken again within one)
+    for op, row, tokens in ops:
+        if op == "add":
+            batch[row] = docs[row] = tokens
+            continue
+        index.add_many(list(batch.items()))
+        batch.clear()
+        index.remove(row)
+        docs.pop(row, None)
+    index.add_many(list(batch.items()))
+    rows = np.array(sorted(keep), np.int64)
+    got, matched = index.score(query, 41, rows)
+    want = np.zeros(41)
+    want[rows] = reference_bm25(docs, query, 41)[rows]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert matched == bool(want.any())
+    monkeypatch.setattr(Bm25Index, "_by_rows_cheaper", lambda self, rows, postings: not by_rows)
+    np.testing.assert_array_equal(index.score(query, 41, rows)[0], got)
+
+
+def test_row_terms_are_packed_when_rewrites_leave_them_mostly_garbage() -> None:
+    """Each rewrite of a row leaves its old terms behind until the arrays are packed; packing keeps every
+    row's scores."""
+    index = Bm25Index()
+    index.add_many([(row, [f"w{row}", "shared"]) for row in range(100)])
+    before, _ = index.score(["shared", "w7"], 100, np.arange(100))
+    for _ in range(40):
+        index.add_many([(row, [f"w{row}", "shared"]) for row in range(100)])
+    assert index._rows.used <= 4 * index._rows.live
+    after, _ = index.score(["shared", "w7"], 100, np.arange(100))
+    np.testing.assert_array_equal(after, before)
+    assert len(index._terms) == 101 and len(index) == 100
