@@ -13,6 +13,7 @@ among 100k is scored from its rows' terms, not by walking every posting of each 
 from __future__ import annotations
 
 import math
+import struct
 import sys
 from array import array
 from collections import Counter
@@ -100,6 +101,9 @@ def _score_rows(  # noqa: PLR0917 - numba kernels take positional arguments
 
 
 _EVERY_ROW = np.zeros(0, np.uint8)
+_PACK_Q = struct.Struct("=q").pack
+_PACK_F = struct.Struct("=f").pack
+_FEW_ROWS = 16
 _ROW_COST_IN_POSTINGS = 40
 """A row scored from its own terms costs about as much as this many postings (measured at 100k rows)."""
 
@@ -130,6 +134,12 @@ class _Postings(msgspec.Struct, gc=False):
 
     def extend(self, triples: list[int]) -> None:
         """Appends (row, tf, version) triples, given flat."""
+        if len(triples) == 3:  # most terms of a batch (a name, a number, a rare word): packed directly, 5x faster
+            self.rows += _PACK_Q(triples[0])
+            self.tfs += _PACK_F(triples[1])
+            self.versions += _PACK_Q(triples[2])
+            self.df += 1
+            return
         self.rows += array("q", triples[0::3])
         self.tfs += array("f", triples[1::3])
         self.versions += array("q", triples[2::3])
@@ -176,12 +186,17 @@ class _RowTerms:
         if not rows:
             return
         self._fit(max(rows) + 1, len(slices))
-        data = np.asarray(slices, np.int32)
-        sizes = 2 + 2 * np.asarray(counts, np.int64)
-        self.starts[np.asarray(rows, np.int64)] = self.used + np.cumsum(sizes) - sizes
-        self.data[self.used : self.used + data.shape[0]] = data
-        self.used += data.shape[0]
-        self.live += data.shape[0]
+        if len(rows) < _FEW_ROWS:  # a store(): numpy's per-call cost was a third of indexing one text
+            at = self.used
+            for row, count in zip(rows, counts, strict=True):
+                self.starts[row] = at
+                at += 2 + 2 * count
+        else:
+            sizes = 2 + 2 * np.asarray(counts, np.int64)
+            self.starts[np.asarray(rows, np.int64)] = self.used + np.cumsum(sizes) - sizes
+        self.data[self.used : self.used + len(slices)] = slices
+        self.used += len(slices)
+        self.live += len(slices)
 
     def _fit(self, n_rows: int, more: int) -> None:
         if n_rows > self.starts.shape[0]:
@@ -267,7 +282,8 @@ class Bm25Index:
             self._n_docs += 1
             self._doc_len[row] = len(tokens)
             self._total_len += len(tokens)
-        ids: dict[str | int, int] = {term: self._id_of(term) for term in pending}  # once a term, not once a row
+        known = self._ids
+        ids: dict[str | int, int] = {t: known[t] if t in known else self._id_of(t) for t in pending}  # once a term
         self._rows.append(rows, counts, list(map(ids.get, slices, slices)))  # type: ignore[arg-type]  # words to ids; numbers kept
         for term, triples in pending.items():
             postings = self._postings.get(term)
