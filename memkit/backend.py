@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeAlias
 
 import msgspec
 
+from memkit._concurrency import gather_bounded
 from memkit._repr import short_repr
 from memkit._url import StorageURL
 from memkit.errors import ScopeError, ValidationError
@@ -425,6 +426,28 @@ class RecordStore(_Lifecycle):
             hits = await self.query(collection, ask)
             found.append([(h.record.id, h.scores.similarity) for h in hits if h.scores.similarity >= min_similarity])
         return found
+
+    async def nearest_many(
+        self,
+        collection: str,
+        requests: Sequence[tuple[Scope, Sequence[Vector]]],
+        *,
+        k: int = 1,
+        min_similarity: float = -1.0,
+        now: float | None = None,
+    ) -> list[list[list[tuple[str, float]]]]:
+        """``nearest`` for each (scope, vectors) of a batch that spans scopes, one answer per request in order.
+
+        This default asks ``nearest`` per scope, a few at a time on a backend that serves concurrent requests;
+        an embedded backend overrides it with one pass over every scope's rows."""
+        for scope, _ in requests:
+            require_scope(scope, False)
+        limit = 8 if self.capabilities.concurrent_requests else 1
+        return await gather_bounded(
+            [functools.partial(self.nearest, collection, scope, vectors, k=k, min_similarity=min_similarity,
+                               now=now) for scope, vectors in requests],
+            limit=limit,
+        )  # fmt: skip
 
     @abstractmethod
     async def touch(self, collection: str, counts: Mapping[str, int], at: float) -> None:

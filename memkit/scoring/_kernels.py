@@ -219,10 +219,30 @@ def nearest_rows(
 ) -> None:  # fmt: skip
     """For each vector of ``batch``, the best ``k`` (columns of ``out_*``) of ``rows`` by similarity, at least
     ``floor``, best first, ties to the earlier row: each stored row is read once for the whole batch."""
+    _nearest_range(rows, 0, rows.shape[0], vectors, scales, batch, 0, batch.shape[0], floor, out_rows, out_sims)
+
+
+@njit(cache=True, fastmath=True, nogil=True, parallel=True)
+def nearest_groups(
+    rows: Any, row_bounds: Any, vectors: Any, scales: Any, batch: Any, query_bounds: Any, floor: float,
+    out_rows: Any, out_sims: Any,
+) -> None:  # fmt: skip
+    """``nearest_rows`` for many groups (scopes) at once, a group per task: group g's vectors
+    ``batch[query_bounds[g]:query_bounds[g + 1]]`` against its rows ``rows[row_bounds[g]:row_bounds[g + 1]]``."""
+    for g in prange(row_bounds.shape[0] - 1):
+        _nearest_range(rows, row_bounds[g], row_bounds[g + 1], vectors, scales, batch, query_bounds[g],
+                       query_bounds[g + 1], floor, out_rows, out_sims)  # fmt: skip
+
+
+@njit(cache=True, fastmath=True, nogil=True)
+def _nearest_range(
+    rows: Any, start: int, stop: int, vectors: Any, scales: Any, batch: Any, first: int, last: int, floor: float,
+    out_rows: Any, out_sims: Any,
+) -> None:  # fmt: skip
     k = out_rows.shape[1]
-    for j in range(rows.shape[0]):
+    for j in range(start, stop):
         i = rows[j]
-        for q in range(batch.shape[0]):
+        for q in range(first, last):
             sim = row_dot(vectors, scales, i, batch[q])
             if not sim >= floor or sim <= out_sims[q, k - 1]:  # NaN never passes
                 continue

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from memkit.backend import Backend, Record, Scope
+from memkit.errors import ScopeError
 from memkit.testing._helpers import COLLECTION, DIM, fields_of, make_record, query, require, unit
 
 __all__ = ["WriteConformance"]
@@ -139,3 +140,30 @@ class WriteConformance:
         assert [s for _, s in loose[0]] == sorted((s for _, s in loose[0]), reverse=True)
         assert await backend.nearest(COLLECTION, Scope(user_id="nobody"), vectors, now=now) == [[], [], [], []]
         assert await backend.nearest(COLLECTION, alice, [], now=now) == []
+
+    async def test_nearest_many_answers_each_scope_as_nearest_does(self, backend: Backend) -> None:
+        """A batch spanning users: each request answered from its own scope only, in order, as ``nearest``."""
+        require(backend, "vector_search")
+        await backend.ensure_collection(COLLECTION, DIM)
+        now = time.time()
+        await backend.upsert(COLLECTION, [make_record(f"a{i}", seed=i) for i in range(6)])
+        await backend.upsert(COLLECTION, [make_record(f"b{i}", "bob", seed=i) for i in range(3, 9)])
+        alice, bob, nobody = Scope(user_id="alice"), Scope(user_id="bob"), Scope(user_id="nobody")
+        vectors = [unit(4), unit(1), unit(7), unit(999)]
+        requests = [(alice, vectors), (bob, vectors), (nobody, vectors[:1]), (alice, [])]
+        found = await backend.nearest_many(COLLECTION, requests, k=2, min_similarity=0.99, now=now)
+        assert [[[i for i, _ in row] for row in answer] for answer in found] == [
+            [["a4"], ["a1"], [], []],
+            [["b4"], [], ["b7"], []],
+            [[]],
+            [],
+        ]
+        for (scope, asked), answer in zip(requests, found, strict=True):
+            alone = await backend.nearest(COLLECTION, scope, asked, k=2, min_similarity=0.99, now=now)
+            assert [[i for i, _ in row] for row in answer] == [[i for i, _ in row] for row in alone]
+        loose = await backend.nearest_many(COLLECTION, [(bob, [unit(4)]), (alice, [unit(4)])], k=3, now=now)
+        assert {i for i, _ in loose[0][0]} <= {f"b{i}" for i in range(3, 9)} and len(loose[0][0]) == 3
+        assert {i for i, _ in loose[1][0]} <= {f"a{i}" for i in range(6)} and loose[1][0][0][0] == "a4"
+        assert await backend.nearest_many(COLLECTION, [], now=now) == []
+        with pytest.raises(ScopeError):
+            await backend.nearest_many(COLLECTION, [(alice, vectors), (Scope(), vectors)], now=now)

@@ -48,6 +48,10 @@ class RoundTripDouble(MemoryBackend):
         await self._round_trip()
         return await super().nearest(*args, **kwargs)
 
+    async def nearest_many(self, *args: Any, **kwargs: Any) -> Any:
+        """A server adapter's: the contract's default, ``nearest`` per scope (memory:// does one pass instead)."""
+        return await Backend.nearest_many(self, *args, **kwargs)
+
 
 async def _layer(overlaps: bool, wait_s: float) -> tuple[RoundTripDouble, LongTermMemory]:
     backend = RoundTripDouble(StorageURL("memory://"), overlaps=overlaps, wait_s=wait_s)

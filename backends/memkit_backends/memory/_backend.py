@@ -25,7 +25,7 @@ from memkit.backend import (
 from memkit.errors import NotOpenError
 from memkit_backends._embedded.columnar import ColumnarCollection
 from memkit_backends._embedded.kv import ExpiringDict
-from memkit_backends._embedded.nearest import nearest
+from memkit_backends._embedded.nearest import nearest, nearest_many
 from memkit_backends._embedded.offload import OFFLOAD_MIN_ROWS, offloaded
 from memkit_backends._embedded.options import DTYPE_OPTION, storage_dtype
 
@@ -198,6 +198,28 @@ class MemoryBackend(Backend):
             lambda c: nearest(c, scope, vectors, k=k, min_similarity=min_similarity, now=now),
             empty,
             scans=len(vectors) >= BIG_WRITE,  # one masked pass and a small product: cheaper than a thread hop
+        )
+
+    async def nearest_many(
+        self,
+        collection: str,
+        requests: Sequence[tuple[Scope, Sequence[Vector]]],
+        *,
+        k: int = 1,
+        min_similarity: float = -1.0,
+        now: float | None = None,
+    ) -> list[list[list[tuple[str, float]]]]:
+        self._require_open()
+        for scope, _ in requests:
+            require_scope(scope, False)
+        if not requests:
+            return []
+        empty: list[list[list[tuple[str, float]]]] = [[[] for _ in vectors] for _, vectors in requests]
+        return await self._store.read(
+            collection,
+            lambda c: nearest_many(c, requests, k=k, min_similarity=min_similarity, now=now),
+            empty,
+            scans=sum(len(vectors) for _, vectors in requests) >= BIG_WRITE,
         )
 
     async def touch(self, collection: str, counts: Mapping[str, int], at: float) -> None:

@@ -35,7 +35,7 @@ from memkit.errors import InvalidURLError, NotOpenError, ValidationError
 from memkit.text import tokenize
 from memkit_backends._embedded.columnar import ColumnarCollection
 from memkit_backends._embedded.indexes import dim_after, replace_verdict
-from memkit_backends._embedded.nearest import nearest
+from memkit_backends._embedded.nearest import nearest, nearest_many
 from memkit_backends._embedded.offload import offloaded
 from memkit_backends._embedded.options import DTYPE_OPTION, storage_dtype
 from memkit_backends._embedded.priority import QueriesLast
@@ -434,6 +434,26 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             lambda found: nearest(found, scope, vectors, k=k, min_similarity=min_similarity, now=now),
             scans=True,
             scope=scope,
+        )
+
+    async def nearest_many(
+        self,
+        collection: str,
+        requests: Sequence[tuple[Scope, Sequence[Vector]]],
+        *,
+        k: int = 1,
+        min_similarity: float = -1.0,
+        now: float | None = None,
+    ) -> list[list[list[tuple[str, float]]]]:
+        for scope, _ in requests:
+            require_scope(scope, False)
+        if not requests:
+            return []
+        return await self._read(
+            collection,
+            lambda found: nearest_many(found, requests, k=k, min_similarity=min_similarity, now=now),
+            scans=True,
+            scope=requests[0][0] if len(requests) == 1 else None,
         )
 
     async def scan(

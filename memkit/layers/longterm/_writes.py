@@ -128,18 +128,18 @@ async def store_batch(
         records = [to_record(m, v) for memories, vectors in groups for m, v in zip(memories, vectors, strict=True)]
         await backend.upsert(collection, records)
         return [[StoreResult(status="stored", memory=m) for m in memories] for memories, _ in groups]
-    # On a server, scopes are planned side by side (at 100k rows on Postgres, 100 scopes one after another
-    # were most of a batch), and one scope's lookups are (a store()); not both: 8 plans of 3 requests each
-    # queued for a pool of 10 (store_many 20% slower). In process everything goes one after another.
+    # On a server, scopes are looked up side by side (at 100k rows on Postgres, 100 scopes one after another
+    # were most of a batch), a few at a time (8 plans of 3 requests each queued for a pool of 10: store_many
+    # 20% slower), and a store()'s lookups all at once; in process one after another. The near-duplicate
+    # check is one call for the whole batch: an embedded store splits its scopes over the cores.
     on_server = backend.capabilities.concurrent_requests
-    overlap = on_server and len(groups) == 1
+    limit = _PLANS_AT_ONCE if on_server else 1
+    looked, found = await _look_up(backend, config, groups, limit, at_once=on_server and len(groups) == 1)
     plans = await gather_bounded(
-        [
-            functools.partial(_plan_group, backend, config, memories, vectors, exclude=exclude, reembed=reembed,
-                              overlap=overlap)
-            for memories, vectors in groups
-        ],
-        limit=_PLANS_AT_ONCE if on_server else 1,
+        [functools.partial(_plan_group, backend, config, memories, vectors, stored=stored, found=near,
+                           exclude=exclude, reembed=reembed)
+         for (memories, vectors), stored, near in zip(groups, looked, found, strict=True)],
+        limit=limit,
     )  # fmt: skip
     await _write_fresh(backend, collection, plans)
     for plan in plans:
@@ -149,31 +149,47 @@ async def store_batch(
     return [[r if r is not None else StoreResult(status="stored", memory=None) for r in p.results] for p in plans]
 
 
+Found = list[list[tuple[str, float]]]
+
+
+async def _look_up(
+    backend: Backend, config: LongTermConfig, groups: list[Group], limit: int, *, at_once: bool
+) -> tuple[list[dict[str, Memory]], list[Found]]:
+    """Per group: its scope's stored memories with the same texts (``_existing``), and the stored neighbours
+    of the rest (``_pending``). ``at_once``: both lookups of a single group side by side (a store() on a
+    server: one wait, not three)."""
+    if at_once:
+        [(memories, vectors)] = groups
+        scope = memories[0].scope
+        stored, near = await both(functools.partial(_existing, backend, config.collection, memories, overlap=True),
+                                  functools.partial(_nearest, backend, config, [(scope, vectors)]))  # fmt: skip
+        return [stored], [[near[0][i] for i in _pending(memories, stored)]]
+    looked = await gather_bounded(
+        [functools.partial(_existing, backend, config.collection, memories, overlap=False) for memories, _ in groups],
+        limit=limit,
+    )
+    asks = [(memories[0].scope, [vectors[i] for i in _pending(memories, stored)])
+            for (memories, vectors), stored in zip(groups, looked, strict=True)]  # fmt: skip
+    return looked, await _nearest(backend, config, asks)
+
+
+def _pending(memories: list[Memory], stored: dict[str, Memory]) -> list[int]:
+    """Positions of the memories whose text their scope does not hold already (``_existing``)."""
+    return [at for at, memory in enumerate(memories) if dedupe_key(memory.content) not in stored]
+
+
 async def _plan_group(
-    backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any], *, exclude: frozenset[str],
-    reembed: Embed, overlap: bool,
+    backend: Backend, config: LongTermConfig, memories: list[Memory], vectors: list[Any], *,
+    stored: dict[str, Memory], found: list[list[tuple[str, float]]], exclude: frozenset[str], reembed: Embed,
 ) -> _Plan:  # fmt: skip
-    """Sort one scope's memories into duplicates, merges (into stored memories or earlier items) and new ones.
-    ``overlap``: the lookups go side by side (see ``_existing``)."""
+    """Sort one scope's memories into duplicates, merges (into stored memories or earlier items) and new ones,
+    given the stored memories with the same texts and the stored neighbours of the others (``_pending``)."""
     plan = _Plan(results=[None] * len(memories), fresh={}, merges=defaultdict(list))
-    scope = memories[0].scope
-    near_all: list[list[tuple[str, float]]] | None = None
-    if overlap:  # duplicates and neighbours in one wait on a server, not three
-        stored, near_all = await both(functools.partial(_existing, backend, config.collection, memories, overlap=True),
-                                      functools.partial(_nearest, backend, config, scope, vectors))  # fmt: skip
-    else:
-        stored = await _existing(backend, config.collection, memories, overlap=False)
-    pending: list[int] = []
     for at, memory in enumerate(memories):
-        key = dedupe_key(memory.content)
-        if key in stored:
-            plan.results[at] = StoreResult(status="duplicate", memory=stored[key])
-        else:
-            pending.append(at)
-    if near_all is None:
-        found = await _nearest(backend, config, scope, [vectors[i] for i in pending])
-    else:
-        found = [near_all[i] for i in pending]
+        duplicate = stored.get(dedupe_key(memory.content))
+        if duplicate is not None:
+            plan.results[at] = StoreResult(status="duplicate", memory=duplicate)
+    pending = _pending(memories, stored)
     near = await _stored_neighbours(backend, config, [memories[i] for i in pending], found, exclude=exclude,
                                     reembed=reembed)  # fmt: skip
     if any(memories[i].context is not None for i in pending):  # contents alone decide (see _shown_similarity)
@@ -238,13 +254,14 @@ async def _existing(backend: Backend, collection: str, memories: list[Memory], *
 
 
 async def _nearest(
-    backend: Backend, config: LongTermConfig, scope: Scope, vectors: list[Any]
-) -> list[list[tuple[str, float]]]:
-    """The ids (and similarities) of the stored memories near each vector, over the merge threshold."""
-    if len(vectors) == 0:  # a list, or an array of rows
-        return []
-    return await backend.nearest(config.collection, scope, vectors, k=3, min_similarity=config.merge_threshold,
-                                 now=now_epoch())  # fmt: skip
+    backend: Backend, config: LongTermConfig, requests: list[tuple[Scope, list[Any]]]
+) -> list[list[list[tuple[str, float]]]]:
+    """Per (scope, vectors): the ids (and similarities) of the scope's stored memories near each vector, over the
+    merge threshold."""
+    if not any(len(vectors) for _, vectors in requests):
+        return [[] for _ in requests]
+    return await backend.nearest_many(config.collection, requests, k=3, min_similarity=config.merge_threshold,
+                                      now=now_epoch())  # fmt: skip
 
 
 async def _stored_neighbours(
