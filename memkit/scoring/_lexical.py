@@ -331,7 +331,8 @@ class Bm25Index:
         self, tokens: list[str], n_rows: int, rows: npt.NDArray[np.int64] | None = None
     ) -> tuple[npt.NDArray[np.float32], bool]:
         """(raw BM25 per row as a dense array of length ``n_rows``, whether anything matched). ``rows``: score
-        only these (a scope's candidates); IDF stays the whole index's, so a score never depends on them.
+        only these (a scope's candidates: distinct, each below ``n_rows``); IDF stays the whole index's, so a
+        score never depends on them.
         Each term's postings are read in place (concatenating them copied 2 MB per query at 100k rows); or,
         when ``rows`` hold fewer term entries than those postings, each row's own terms."""
         out = np.zeros(n_rows, np.float32)

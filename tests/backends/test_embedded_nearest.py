@@ -4,6 +4,7 @@ similarity-only query per vector), whatever the batch size, storage dtype, expir
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import msgspec
 import numpy as np
@@ -56,3 +57,14 @@ async def test_the_batched_check_answers_as_a_query_per_vector(url: str, batch: 
                 assert [[i for i, _ in row] for row in got] == [[i for i, _ in row] for row in want]
                 for row_got, row_want in zip(got, want, strict=True):
                     np.testing.assert_allclose([s for _, s in row_got], [s for _, s in row_want], atol=atol)
+
+
+@pytest.mark.parametrize("url", ["memory://", "sqlite:///{tmp}/closed.db"])
+async def test_a_closed_backend_refuses_even_an_empty_batch(url: str, tmp_path: Path) -> None:
+    """Every call to a closed backend says it is closed, an empty near-duplicate batch included."""
+    from memkit.errors import NotOpenError
+
+    async with open_backend(url.format(tmp=tmp_path)) as backend:
+        assert await backend.nearest_many("c", []) == []
+    with pytest.raises(NotOpenError):
+        await backend.nearest_many("c", [])

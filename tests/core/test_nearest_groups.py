@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import memkit.scoring as scoring
+from memkit import scoring
 from memkit.scoring import StorageDtype, nearest_in_groups
 from tests.core.test_scoring import make_columns
 

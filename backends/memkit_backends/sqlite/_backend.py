@@ -448,6 +448,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         for scope, _ in requests:
             require_scope(scope, False)
         if not requests:
+            self._connection()  # closed: NotOpenError, as every other call (and memory://) says
             return []
         return await self._read(
             collection,
