@@ -82,3 +82,25 @@ def test_context_benchmark_writes_its_figures(tmp_path: Path) -> None:
     figures = json.loads(out.read_text())
     for key in ("context_p50_ms", "context_p95_ms", "observe_return_p50_us", "observe_to_recallable_p50_ms"):
         assert figures[key] > 0, key
+
+
+def test_ingest_benchmark_writes_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "ingest.json"
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.ingest", "--sizes", "3000", "--backends", "memory,sqlite",
+         "--json", str(out)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    figures = json.loads(out.read_text())
+    rows = figures["rows"]
+    assert [(r["backend"], r["api"]) for r in rows] == [
+        ("memory", "store_many"),
+        ("memory", "store"),
+        ("sqlite", "store_many"),
+        ("sqlite", "store"),
+    ]
+    for row in rows:
+        assert row["n"] == 3000 and row["per_s"] > 0 and row["per_s_median_last_batches"] > 0
+        assert row["rss_peak_mb"] > 0
+    [overhead] = figures["recall_overhead"]
+    assert overhead["backend"] == "memory" and overhead["recall_api_p50_ms"] > 0 and overhead["kernel_p50_ms"] > 0
