@@ -69,3 +69,25 @@ async def test_a_large_scan_still_goes_to_a_thread(
         hops.clear()
         await backend.get("c", ["r1"], ALICE)  # by id: small whatever the collection's size
         assert hops == []
+
+
+@pytest.mark.parametrize("url", ["memory://", "sqlite:///{tmp}/n.db"])
+async def test_a_near_duplicate_check_of_many_scopes_in_a_large_collection_goes_to_a_thread(
+    url: str, tmp_path: Path, hops: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch spanning users reads every user's rows in one call (~30 ms at 100k): off the loop once the
+    collection is large; one small scope's check stays on it."""
+    async with open_backend(url.format(tmp=tmp_path)) as backend:
+        records = [make_record(f"r{i}", "alice" if i % 2 else "bob", seed=i) for i in range(10)]
+        await backend.upsert("c", records)
+        await backend.count("c", ALICE)  # sqlite:// loads its copy: a thread
+        vector = records[1].vector
+        hops.clear()
+        await backend.nearest_many("c", [(ALICE, [vector]), (Scope(user_id="bob"), [vector])])
+        assert hops == []  # 10 rows: on the loop
+        monkeypatch.setattr(offload, "OFFLOAD_MIN_ROWS", 6)  # the collection's 10 rows are large, a scope's 5 not
+        found = await backend.nearest_many("c", [(ALICE, [vector]), (Scope(user_id="bob"), [vector])], k=1)
+        assert len(hops) == 1 and found[0][0][0][0] == "r1"
+        hops.clear()
+        await backend.nearest_many("c", [(ALICE, [vector])])
+        assert hops == []  # one scope of 5 rows, one vector: nearest's rule
