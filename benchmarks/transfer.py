@@ -40,7 +40,7 @@ MODEL = "benchmark-clustered-384"
 def write_file(path: Path, n: int) -> None:
     from memkit.cli._jsonl import Header, Line, encode_vector
 
-    items, vectors = corpus(n)
+    items, vectors = corpus(n, keep_all=False)  # written in order: a chunk at a time is enough
     encode = msgspec.json.Encoder().encode
     with path.open("wb") as handle, tqdm(total=n, desc="writing the JSON Lines file", unit="memory") as progress:
         handle.write(encode(Header(memkit_export=1, model_id=MODEL, dim=384)) + b"\n")

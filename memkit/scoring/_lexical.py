@@ -109,7 +109,8 @@ _ROW_COST_IN_POSTINGS = 40
 
 
 class _Postings(msgspec.Struct, gc=False):
-    """One term's postings: rows (int64), term frequencies (float32) and row versions (int64), each column a
+    """The postings of a term held by more than one row: rows (int64), term frequencies (float32) and row
+    versions (int64), each column a
     ``bytearray`` of packed values. A batch appends a term's postings with one C call a column, with amortised
     growth (numpy arrays resized and slice-assigned from lists per term per batch were most of a SQLite
     import's BM25 work). Neither the columns nor this struct are tracked by the cycle collector: with
@@ -122,7 +123,6 @@ class _Postings(msgspec.Struct, gc=False):
     rows: bytearray
     tfs: bytearray
     versions: bytearray
-    df: int = 0  # live documents containing the term
 
     @classmethod
     def empty(cls) -> _Postings:
@@ -138,12 +138,10 @@ class _Postings(msgspec.Struct, gc=False):
             self.rows += _PACK_Q(triples[0])
             self.tfs += _PACK_F(triples[1])
             self.versions += _PACK_Q(triples[2])
-            self.df += 1
             return
         self.rows += array("q", triples[0::3])
         self.tfs += array("f", triples[1::3])
         self.versions += array("q", triples[2::3])
-        self.df += len(triples) // 3
 
     def views(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
         return (np.frombuffer(self.rows, np.int64), np.frombuffer(self.tfs, np.float32),
@@ -223,10 +221,15 @@ class Bm25Index:
     """Okapi BM25 (k1=1.2, b=0.75) over pre-tokenized documents keyed by row number."""
 
     def __init__(self) -> None:
-        self._postings: dict[str, _Postings] = {}
         self._ids: dict[str, int] = {}  # each indexed term's id (reused once its last row is gone)
         self._terms: list[str] = []  # each id's term
         self._free: list[int] = []
+        self._df: list[int] = []  # each id's live documents (0: a free id)
+        # A term's postings: its ``_Postings`` once two rows have held it; before, the one row's posting in
+        # these columns, at the term's id. Most distinct terms of a collection (names, numbers, rare words)
+        # are held by one row, and a struct of three buffers each was ~400 bytes a term: 60 MB at 100k notes.
+        self._postings: list[_Postings | None] = []
+        self._one = (array("q"), array("f"), array("q"))  # row, tf, version
         self._rows = _RowTerms()
         self._n_docs = 0
         self._doc_len = np.zeros(64, np.float32)
@@ -286,10 +289,20 @@ class Bm25Index:
         ids: dict[str | int, int] = {t: known[t] if t in known else self._id_of(t) for t in pending}  # once a term
         self._rows.append(rows, counts, list(map(ids.get, slices, slices)))  # type: ignore[arg-type]  # words to ids; numbers kept
         for term, triples in pending.items():
-            postings = self._postings.get(term)
-            if postings is None:
-                postings = self._postings[term] = _Postings.empty()
-            postings.extend(triples)
+            self._add_postings(ids[term], triples)
+
+    def _add_postings(self, term_id: int, triples: list[int]) -> None:
+        df = self._df[term_id]
+        self._df[term_id] = df + len(triples) // 3
+        if df == 0 and len(triples) == 3:  # the term's only row
+            self._one[0][term_id], self._one[1][term_id], self._one[2][term_id] = triples
+            return
+        postings = self._postings[term_id]
+        if postings is None:
+            postings = self._postings[term_id] = _Postings.empty()
+            if df:  # its one row's posting goes first
+                postings.extend([self._one[0][term_id], self._one[1][term_id], self._one[2][term_id]])  # type: ignore[list-item]  # a tf
+        postings.extend(triples)
 
     def _id_of(self, term: str) -> int:
         found = self._ids.get(term)
@@ -297,9 +310,26 @@ class Bm25Index:
             found = self._ids[term] = self._free.pop() if self._free else len(self._terms)
             if found == len(self._terms):
                 self._terms.append(term)
+                self._df.append(0)
+                self._postings.append(None)
+                for column in self._one:
+                    column.append(0)
             else:
                 self._terms[found] = term
         return found
+
+    def _views(self, term_id: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        postings = self._postings[term_id]
+        if postings is not None:
+            return postings.views()
+        rows, tfs, versions = self._one
+        return (np.frombuffer(rows, np.int64, 1, 8 * term_id), np.frombuffer(tfs, np.float32, 1, 4 * term_id),
+                np.frombuffer(versions, np.int64, 1, 8 * term_id))  # fmt: skip
+
+    def _count(self, term_id: int) -> int:
+        """The term's postings, live or stale."""
+        postings = self._postings[term_id]
+        return 1 if postings is None else postings.count
 
     def remove(self, row: int) -> None:
         ids = self._rows.of(row)
@@ -311,21 +341,21 @@ class Bm25Index:
         self._total_len -= int(self._doc_len[row])
         self._doc_len[row] = 0
         for term_id in ids.tolist():
-            term = self._terms[term_id]
-            postings = self._postings[term]
-            postings.df -= 1
-            if postings.df == 0:
-                del self._postings[term], self._ids[term]
+            df = self._df[term_id] = self._df[term_id] - 1
+            postings = self._postings[term_id]
+            if df == 0:
+                del self._ids[self._terms[term_id]]
+                self._postings[term_id] = None
                 self._free.append(term_id)
-            elif postings.df * 2 < postings.count:
+            elif postings is not None and df * 2 < postings.count:
                 postings.sweep(self._doc_version)
 
-    def _by_rows_cheaper(self, rows: npt.NDArray[np.int64], postings: list[_Postings]) -> bool:
+    def _by_rows_cheaper(self, rows: npt.NDArray[np.int64], term_ids: list[int]) -> bool:
         """Whether scoring ``rows`` from their own terms costs less than walking the query terms' postings. A
         posting costs ~2 ns (read in order); a row ~100 ns at 100k rows (its slice is a jump in memory) plus
         its slice's length: a user's 1,000 rows among 100k, yes, unless the query's words are rare."""
         per_row = _ROW_COST_IN_POSTINGS + self._rows.live / max(self._n_docs, 1)
-        return bool(rows.shape[0] * per_row < sum(p.count for p in postings))
+        return bool(rows.shape[0] * per_row < sum(map(self._count, term_ids)))
 
     def score(
         self, tokens: list[str], n_rows: int, rows: npt.NDArray[np.int64] | None = None
@@ -337,14 +367,15 @@ class Bm25Index:
         when ``rows`` hold fewer term entries than those postings, each row's own terms."""
         out = np.zeros(n_rows, np.float32)
         n_docs = self._n_docs
-        matched = [(t, self._postings[t], qtf) for t, qtf in Counter(tokens).items() if t in self._postings]
+        ids, df = self._ids, self._df
+        matched = [(ids[t], qtf) for t, qtf in Counter(tokens).items() if t in ids]
         if n_docs == 0 or not matched:
             return out, False
         avg_len = self._total_len / n_docs
-        weights = [math.log(1.0 + (n_docs - p.df + 0.5) / (p.df + 0.5)) * qtf for _, p, qtf in matched]
-        if rows is not None and self._by_rows_cheaper(rows, [p for _, p, _ in matched]):
-            found = _score_rows(rows, self._rows.starts, self._rows.data,
-                                np.array([self._ids[t] for t, _, _ in matched], np.int32),
+        weights = [math.log(1.0 + (n_docs - df[i] + 0.5) / (df[i] + 0.5)) * qtf for i, qtf in matched]
+        term_ids = [i for i, _ in matched]
+        if rows is not None and self._by_rows_cheaper(rows, term_ids):
+            found = _score_rows(rows, self._rows.starts, self._rows.data, np.array(term_ids, np.int32),
                                 np.array(weights, np.float64), avg_len, out)  # fmt: skip
             return out, found > 0
         wanted = _EVERY_ROW
@@ -352,6 +383,6 @@ class Bm25Index:
             wanted = np.zeros(max(n_rows, self._doc_len.shape[0]), np.uint8)
             wanted[rows] = 1
         live = 0
-        for (_, p, _), idf in zip(matched, weights, strict=True):
-            live += _accumulate(*p.views(), idf, self._doc_len, self._doc_version, avg_len, wanted, out)
+        for term_id, idf in zip(term_ids, weights, strict=True):
+            live += _accumulate(*self._views(term_id), idf, self._doc_len, self._doc_version, avg_len, wanted, out)
         return out, live > 0

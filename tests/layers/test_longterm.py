@@ -242,3 +242,16 @@ async def test_two_clients_never_lose_each_others_writes(store_url: str) -> None
         final = await a.long_term.get(stored.id, user_id="u")
         assert final.access_count == 20
         assert final.importance == pytest.approx(0.9)
+
+
+async def test_a_users_records_in_memory_share_one_scope() -> None:
+    """memory:// holds each memory's record with its scope: one (frozen) Scope a user, not ~95 bytes a record."""
+    from memkit.layers.longterm import NewMemory
+
+    async with Memkit("memory://", embedder=HashingEmbedder(64)) as mem:
+        await mem.long_term.store_many([NewMemory(content=f"note {i} about {i * 7}", user_id="ada") for i in range(5)])
+        await mem.long_term.store("one more note", user_id="ada")
+        await mem.long_term.store("bob's note", user_id="bob")
+        collection = mem.backend._store.collection(mem.long_term.config.collection)  # type: ignore[attr-defined]
+        scopes = {id(record.scope) for record in collection._records if record is not None}
+        assert len(scopes) == 2
