@@ -3,6 +3,11 @@
 Access statistics live beside the record (``Backend.touch``), not in its body, so a recall rewrites
 nothing; the body keeps only what a memory had counted before that (stores written by memkit 0.1),
 and a decoded memory adds both.
+
+A memory's content is its record's text when it has no context (nearly always): the body then leaves it
+out (``"content":""``) and says so in its write id (``_content_in_text``); decoding takes the text. Held
+twice, every backend stored the text twice (in memory, on disk, in Redis's RAM) and Pinecone counted it
+twice against its 40 KB of metadata. Bodies written before keep their content and decode as they are.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -123,11 +128,13 @@ def index_text(memory: Memory) -> str:
 def to_record(memory: Memory, vector: Any, stored: Record | None = None) -> Record:
     """The record of ``memory``; ``stored`` is the record it replaces, whose counters stay beside it."""
     counted = 0 if stored is None else stored.access_count
-    body = msgspec.structs.replace(memory, access_count=max(memory.access_count - counted, 0))
+    in_text = memory.context is None  # the text is the content itself
+    body = msgspec.structs.replace(memory, access_count=max(memory.access_count - counted, 0),
+                                   **({"content": ""} if in_text else {}))  # fmt: skip
     return Record(
         id=memory.id,
         scope=memory.scope,
-        body=_with_write_id(_encode_memory(body)),
+        body=_with_write_id(_encode_memory(body), content_in_text=in_text),
         text=index_text(memory),
         vector=vector,
         importance=memory.importance,
@@ -137,12 +144,22 @@ def to_record(memory: Memory, vector: Any, stored: Record | None = None) -> Reco
     )
 
 
-def _with_write_id(body: bytes) -> bytes:
+_IN_TEXT_MARK: Final = b',"_w":"t'
+"""How a body that left its content to the record's text ends, but for its 16 hex digits and ``"}``."""
+
+
+def _with_write_id(body: bytes, *, content_in_text: bool) -> bytes:
     """The body with a key of its own per write (ignored when decoding): compare-and-set reports success
     when the stored body already equals the new one (a retried call), so two writers must never produce
     byte-identical bodies. Without it, processes storing one sentence with one ``created_at`` were each
-    told they had created it."""
-    return body[:-1] + b',"_w":"' + os.urandom(8).hex().encode() + b'"}'
+    told they had created it. A ``t`` before the digits (never a hex digit) marks a body whose content is
+    the record's text."""
+    mark = _IN_TEXT_MARK if content_in_text else _IN_TEXT_MARK[:-1]
+    return body[:-1] + mark + os.urandom(8).hex().encode() + b'"}'
+
+
+def _content_in_text(body: bytes) -> bool:
+    return body[-26:-18] == _IN_TEXT_MARK
 
 
 def expiry(now: datetime, ttl: object) -> datetime | None:
@@ -180,15 +197,18 @@ def decode(record: Record) -> Memory:
         memory = _decode_memory(record.body)
     except msgspec.DecodeError as exc:
         raise CorruptDataError(f"stored memory {record.id!r} cannot be decoded: {exc}") from exc
-    if not record.access_count:
-        return memory
-    last = memory.last_accessed_at
-    if record.last_accessed is not None:
-        touched = from_epoch(record.last_accessed)
-        last = touched if last is None else max(last, touched)
-    return msgspec.structs.replace(
-        memory, access_count=memory.access_count + record.access_count, last_accessed_at=last
-    )
+    changes: dict[str, Any] = {}
+    if _content_in_text(record.body):
+        if record.text is None:
+            raise CorruptDataError(f"stored memory {record.id!r} keeps its content in its text, and has none")
+        changes["content"] = record.text
+    if record.access_count:
+        last = memory.last_accessed_at
+        if record.last_accessed is not None:
+            touched = from_epoch(record.last_accessed)
+            last = touched if last is None else max(last, touched)
+        changes.update(access_count=memory.access_count + record.access_count, last_accessed_at=last)
+    return msgspec.structs.replace(memory, **changes) if changes else memory
 
 
 def speaker_of(record: Record) -> str | None:
