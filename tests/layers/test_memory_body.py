@@ -36,6 +36,7 @@ async def test_content_is_kept_in_the_text_alone_and_read_back(mem: Memkit) -> N
     assert plain.memory is not None and told.memory is not None
     record = await _record(mem, plain.memory.id)
     assert b"window seats" not in record.body and record.text == "Ada prefers window seats on long flights"
+    assert b'"content"' not in record.body  # a memkit from before refuses the body, rather than show ""
     with_context = await _record(mem, told.memory.id)
     assert b"aisle seats on short ones" in with_context.body  # the text is context and content: kept
     assert (await lt.get(plain.memory.id, user_id="ada")).content == "Ada prefers window seats on long flights"

@@ -5,7 +5,8 @@ nothing; the body keeps only what a memory had counted before that (stores writt
 and a decoded memory adds both.
 
 A memory's content is its record's text when it has no context (nearly always): the body then leaves it
-out (``"content":""``) and says so in its write id (``_content_in_text``); decoding takes the text. Held
+out and says so in its write id (``_content_in_text``); decoding puts the text back. (Without the key, a
+memkit from before refuses such a body as undecodable, rather than showing an empty content.) Held
 twice, every backend stored the text twice (in memory, on disk, in Redis's RAM) and Pinecone counted it
 twice against its 40 KB of metadata. Bodies written before keep their content and decode as they are.
 """
@@ -51,6 +52,7 @@ SUPERSEDED_BY = "superseded_by"
 
 _encode_memory = msgspec.json.Encoder().encode
 _decode_memory = msgspec.json.Decoder(Memory).decode
+_encode_text = msgspec.json.Encoder().encode
 
 
 class _Source(msgspec.Struct):
@@ -131,10 +133,13 @@ def to_record(memory: Memory, vector: Any, stored: Record | None = None) -> Reco
     in_text = memory.context is None  # the text is the content itself
     body = msgspec.structs.replace(memory, access_count=max(memory.access_count - counted, 0),
                                    **({"content": ""} if in_text else {}))  # fmt: skip
+    encoded = _encode_memory(body)
+    if in_text:  # the first such key is the memory's own: fields before it are strings, whose quotes are escaped
+        encoded = encoded.replace(_NO_CONTENT, b"", 1)
     return Record(
         id=memory.id,
         scope=memory.scope,
-        body=_with_write_id(_encode_memory(body), content_in_text=in_text),
+        body=_with_write_id(encoded, content_in_text=in_text),
         text=index_text(memory),
         vector=vector,
         importance=memory.importance,
@@ -144,6 +149,8 @@ def to_record(memory: Memory, vector: Any, stored: Record | None = None) -> Reco
     )
 
 
+_NO_CONTENT: Final = b'"content":"",'
+"""An empty content as the body's encoder writes it (more keys always follow it: the times)."""
 _IN_TEXT_MARK: Final = b',"_w":"t'
 """How a body that left its content to the record's text ends, but for its 16 hex digits and ``"}``."""
 
@@ -193,22 +200,24 @@ def filters(kinds: Sequence[MemoryKind] | None, metadata: Mapping[str, FilterVal
 
 
 def decode(record: Record) -> Memory:
-    try:
-        memory = _decode_memory(record.body)
-    except msgspec.DecodeError as exc:
-        raise CorruptDataError(f"stored memory {record.id!r} cannot be decoded: {exc}") from exc
-    changes: dict[str, Any] = {}
-    if _content_in_text(record.body):
+    body = record.body
+    if _content_in_text(body):
         if record.text is None:
             raise CorruptDataError(f"stored memory {record.id!r} keeps its content in its text, and has none")
-        changes["content"] = record.text
-    if record.access_count:
-        last = memory.last_accessed_at
-        if record.last_accessed is not None:
-            touched = from_epoch(record.last_accessed)
-            last = touched if last is None else max(last, touched)
-        changes.update(access_count=memory.access_count + record.access_count, last_accessed_at=last)
-    return msgspec.structs.replace(memory, **changes) if changes else memory
+        body = b'{"content":' + _encode_text(record.text) + b"," + body[1:]
+    try:
+        memory = _decode_memory(body)
+    except msgspec.DecodeError as exc:
+        raise CorruptDataError(f"stored memory {record.id!r} cannot be decoded: {exc}") from exc
+    if not record.access_count:
+        return memory
+    last = memory.last_accessed_at
+    if record.last_accessed is not None:
+        touched = from_epoch(record.last_accessed)
+        last = touched if last is None else max(last, touched)
+    return msgspec.structs.replace(
+        memory, access_count=memory.access_count + record.access_count, last_accessed_at=last
+    )
 
 
 def speaker_of(record: Record) -> str | None:
