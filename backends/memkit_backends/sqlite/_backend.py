@@ -40,6 +40,7 @@ from memkit_backends._embedded.offload import offloaded
 from memkit_backends._embedded.options import DTYPE_OPTION, storage_dtype
 from memkit_backends._embedded.priority import QueriesLast
 from memkit_backends.sqlite._cache import DELETIONS_KEPT, RecordCache, file_dim, log_deletions, prune_deletions
+from memkit_backends.sqlite._checkpoint import Checkpointer
 from memkit_backends.sqlite._codec import record_params
 from memkit_backends.sqlite._connect import connect, driver_error
 from memkit_backends.sqlite._kv_face import SQLiteKeyValue
@@ -92,6 +93,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             raise InvalidURLError(f"timeout={url.options['timeout']!r} in {url}: must be a number of seconds > 0")
         self._synchronous = url.option("synchronous", "normal", choices=_SYNCHRONOUS).upper()
         self._conn: sqlite3.Connection | None = None
+        self._checkpoints = Checkpointer(self.path)
         self._lock = QueriesLast()  # a store's operations go before queued recalls' queries
         self._cache = RecordCache(self._dtype, self.path)
         self._deletions_since_prune = 0
@@ -113,12 +115,16 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         return self._conn
 
     async def _in_thread(self, conn: sqlite3.Connection, action: Callable[[sqlite3.Connection], T]) -> T:
+        changes = conn.total_changes
         try:
             return await anyio.to_thread.run_sync(action, conn)
         except sqlite3.Error as exc:
             raise driver_error(self.path, self._busy_timeout_s, exc) from exc
         except UnicodeEncodeError as exc:  # a lone surrogate in an id or key
             raise ValidationError(f"SQLite cannot store this string (not valid UTF-8): {exc}") from exc
+        finally:
+            if conn.total_changes != changes:  # something was written (a rolled-back write costs one no-op)
+                self._checkpoints.wrote()
 
     async def _read(self, collection: str, action: Callable[[ColumnarCollection], T], *, scans: bool = False,
                     scope: Scope | None = None, query: bool = False) -> T:  # fmt: skip
@@ -140,6 +146,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         if self._conn is not None:
             return
         self._conn = await anyio.to_thread.run_sync(connect, self.path, self._busy_timeout_s, self._synchronous)
+        self._checkpoints = Checkpointer(self.path)  # a closed backend's was ended; a reopened one gets its own
         try:
             await self.setup()
         except BaseException:
@@ -156,6 +163,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         async with self._lock.hold():
             if self._conn is not None:
                 conn, self._conn = self._conn, None
+                await anyio.to_thread.run_sync(self._checkpoints.close)  # before the last connection closes
                 await anyio.to_thread.run_sync(conn.close)
             self._cache.clear()
 
