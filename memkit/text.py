@@ -43,27 +43,19 @@ _MAX_STEMS: Final = 200_000
 
 def tokenize(text: str) -> list[str]:
     """Lower-cased, stop-word-free, Snowball-stemmed word tokens."""
-    words = [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
-    if not words:
-        return []
-    stems = list(map(_STEMS.get, words))
-    if None in stems:
-        _stem_missing(words, stems)
-    return stems  # type: ignore[return-value]  # every None was filled
+    stem_of = _STEMS.get
+    return [stem_of(w) or _stem(w) for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
 
 
-def _stem_missing(words: list[str], stems: list[str | None]) -> None:
-    """Fill in the stems the cache lacked (a name, a number: usually one word of a text)."""
+def _stem(word: str) -> str:
+    """A stem the cache lacked (a name, a number: usually one word of a text)."""
+    if word.isascii() and word.isdigit():  # its own stem; not cached: ids and numbers are mostly unique,
+        return word  # and cached they were 16 MB of the stems at 100k numbered notes
     if len(_STEMS) >= _MAX_STEMS:  # a thread reading it meanwhile misses, and stems for itself
         _STEMS.clear()
-    stem_word = _stemmer().stemWord
-    for at, stem in enumerate(stems):
-        if stem is None:
-            word = words[at]
-            if word.isascii() and word.isdigit():  # its own stem; not cached: ids and numbers are mostly unique,
-                stems[at] = word  # and cached they were 16 MB of the stems at 100k numbered notes
-            else:
-                stems[at] = _STEMS[word] = stem_word(word)
+    stem: str = _stemmer().stemWord(word)
+    _STEMS[word] = stem
+    return stem
 
 
 def query_terms(text: str) -> list[tuple[int, list[str]]]:
