@@ -68,6 +68,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         source, url = Path(tmp) / "memories.jsonl", f"sqlite:///{Path(tmp) / 'imported.db'}"
         write_file(source, args.n)
+        # On disk before the import starts, as a file to import is: else the kernel writes its 216 MB back
+        # while the import runs, and the import's own writes wait behind it.
+        os.sync()
         imported, import_wall = run("import", str(source), "--url", url)
         assert imported["imported"] == args.n and not imported["bad"] and imported["embedded"] == 0, imported
         exported, export_wall = run("export", str(Path(tmp) / "out.jsonl"), "--vectors", "--url", url)

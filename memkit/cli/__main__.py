@@ -4,4 +4,5 @@ import sys
 
 from memkit.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # imported (by a documentation tool, a test collector) it does nothing
+    sys.exit(main())

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 import time
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, aclosing
 from functools import partial
 from pathlib import Path
 from typing import IO, Any
@@ -31,6 +33,7 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 from memkit.cli._jsonl import Header, ResumeFile, file_identity
 from memkit.cli._lines import BATCH, EMBEDDED_BATCH, Parsed, read_header, read_lines
 from memkit.cli._output import CliError, ExitCode, print_json
+from memkit.cli._reader import ChildReader, child_reader, use_child
 from memkit.cli._store import open_store
 
 __all__ = ["import_file"]
@@ -58,11 +61,11 @@ async def _write(mem: Any, parsed: Parsed, report: _Report) -> None:
     from memkit.layers.longterm._codec import index_text, to_record
 
     records = list(parsed.records)
-    missing = [at for at, record in enumerate(records) if record is None]
-    if missing:
-        vectors = await embed_texts(mem.embedder, [index_text(parsed.memories[at]) for at in missing])
-        for at, vector in zip(missing, vectors, strict=True):
-            records[at] = to_record(parsed.memories[at], vector)
+    if parsed.unembedded:
+        missing = list(parsed.unembedded.items())
+        vectors = await embed_texts(mem.embedder, [index_text(memory) for _, memory in missing])
+        for (at, memory), vector in zip(missing, vectors, strict=True):
+            records[at] = to_record(memory, vector)
         report.embedded += len(missing)
     if records:
         await mem.backend.upsert(mem.long_term.config.collection, records)
@@ -72,7 +75,7 @@ async def _write(mem: Any, parsed: Parsed, report: _Report) -> None:
 async def _batches(handle: IO[bytes], line: int, **options: Any) -> AsyncIterator[Parsed]:
     while True:
         parsed = await anyio.to_thread.run_sync(partial(read_lines, handle, line, **options))
-        if not parsed.memories and not parsed.bad:
+        if not parsed.records and not parsed.bad:
             return
         yield parsed
         line = parsed.line
@@ -84,14 +87,21 @@ async def _read(handle: IO[bytes], line: int, send: ObjectSendStream[Parsed], **
             await send.send(parsed)
 
 
-async def _pipeline(handle: IO[bytes], line: int, report: _Report, write: Any, *, ahead: bool, **options: Any) -> None:
-    """Batches read and checked, one ahead of ``write`` when ``ahead``, which sees them in order."""
+async def _pipeline(handle: IO[bytes], line: int, report: _Report, write: Any, *, ahead: bool,
+                    reader: ChildReader | None = None, **options: Any) -> None:  # fmt: skip
+    """Batches read and checked, one ahead of ``write`` when ``ahead`` (by ``reader``'s child process when
+    given), which sees them in order."""
 
     async def take(parsed: Parsed) -> None:
         report.add_bad(parsed.bad)
         await write(parsed)
         report.progress.update(parsed.offset - report.progress.n)
 
+    if reader is not None:
+        async with aclosing(reader.batches()) as batches:
+            async for parsed in batches:
+                await take(parsed)
+        return
     if not ahead:
         # An embedded store writes in this process: checking lines beside it only fought it for the GIL
         # (SQLite lets go of it for every row it writes, and waited to get it back: 100k lines 8.2k/s read
@@ -115,33 +125,61 @@ async def _run(args: argparse.Namespace, handle: IO[bytes], line: int, *, header
     if args.check:  # no store: the rules alone
 
         async def count(parsed: Parsed) -> None:
-            report.imported += len(parsed.memories)
+            report.imported += len(parsed.records)
 
         max_chars = LongTermConfig().max_content_chars
         return await _pipeline(handle, line, report, count, ahead=False, dim=dim, max_chars=max_chars,
                                use_vectors=True, size=BATCH)  # fmt: skip
-    async with open_store(args.url, embedder=args.embedder, create=True, hint=identity) as mem:
-        store_identity = (mem.embedder.model_id, mem.embedder.dim)
-        if identity is not None and identity != store_identity:
-            report.progress.write(f"the file's vectors are {identity[0]!r}, the store's {store_identity[0]!r}: "
-                                  "embedding every memory again", file=sys.stderr)  # fmt: skip
+    # Checked by a child process, started before the store opens, when its options prove to be the ones
+    # the store calls for (an embedded store whose model is the file's: the common case); else by this one.
+    guess = child_options(identity, LongTermConfig().max_content_chars, server=False, reembed=args.reembed)
+    async with AsyncExitStack() as stack:
+        reader = None
+        if use_child(_left(handle)):
+            reader = await stack.enter_async_context(child_reader(handle.name, handle.tell(), line, guess))
+        mem = await stack.enter_async_context(open_store(args.url, embedder=args.embedder, create=True,
+                                                         hint=identity))  # fmt: skip
+        await _write_all(args, mem, handle, line, report, state=state, identity=identity, reader=reader)
 
-        async def write(parsed: Parsed) -> None:
-            await _write(mem, parsed, report)
-            if state is not None:
-                position = {"offset": parsed.offset, "line": parsed.line, "imported": report.imported}
-                await anyio.to_thread.run_sync(state.save, position)
 
-        use = identity == store_identity and not args.reembed
-        server = mem.backend.capabilities.concurrent_requests
-        # What is alive now (the interpreter, numba, the store) outlives the import: each full collection
-        # of the cycle collector walked it for nothing (100k lines into SQLite 13.1-13.5k/s -> 14.3-15.2k/s).
-        gc.freeze()
-        try:
-            await _pipeline(handle, line, report, write, ahead=server, dim=dim, max_chars=mem.long_term.config.
-                            max_content_chars, use_vectors=use, size=BATCH if server else EMBEDDED_BATCH)  # fmt: skip
-        finally:
-            gc.unfreeze()
+async def _write_all(args: argparse.Namespace, mem: Any, handle: IO[bytes], line: int, report: _Report, *,
+                     state: ResumeFile | None, identity: tuple[str, int] | None,
+                     reader: ChildReader | None) -> None:  # fmt: skip
+    store_identity = (mem.embedder.model_id, mem.embedder.dim)
+    if identity is not None and identity != store_identity:
+        report.progress.write(f"the file's vectors are {identity[0]!r}, the store's {store_identity[0]!r}: "
+                              "embedding every memory again", file=sys.stderr)  # fmt: skip
+
+    async def write(parsed: Parsed) -> None:
+        await _write(mem, parsed, report)
+        if state is not None:
+            position = {"offset": parsed.offset, "line": parsed.line, "imported": report.imported}
+            await anyio.to_thread.run_sync(state.save, position)
+
+    server = mem.backend.capabilities.concurrent_requests
+    options = child_options(identity, mem.long_term.config.max_content_chars, server=server, reembed=args.reembed,
+                            store=store_identity)  # fmt: skip
+    # What is alive now (the interpreter, numba, the store) outlives the import: each full collection
+    # of the cycle collector walked it for nothing (100k lines into SQLite 13.1-13.5k/s -> 14.3-15.2k/s).
+    gc.freeze()
+    try:
+        await _pipeline(handle, line, report, write, ahead=server,
+                        reader=reader if reader is not None and reader.options == options else None,
+                        **options)  # fmt: skip
+    finally:
+        gc.unfreeze()
+
+
+def child_options(identity: tuple[str, int] | None, max_chars: int, *, server: bool, reembed: bool,
+                  store: tuple[str, int] | None = None) -> dict[str, Any]:  # fmt: skip
+    """``read_lines``'s options for a store (``store``: its model; None guesses the file's, before it opens)."""
+    use_vectors = identity is not None and (store is None or identity == store) and not reembed
+    return {"dim": None if identity is None else identity[1], "max_chars": max_chars,
+            "size": BATCH if server else EMBEDDED_BATCH, "use_vectors": use_vectors}  # fmt: skip
+
+
+def _left(handle: IO[bytes]) -> int:
+    return os.fstat(handle.fileno()).st_size - handle.tell()
 
 
 def _start(path: Path, saved: dict[str, Any] | None) -> tuple[IO[bytes], Header | None, int, int]:

@@ -32,12 +32,10 @@ _decode_header = msgspec.json.Decoder(Header).decode
 
 
 class Parsed(NamedTuple):
-    memories: list[Memory]
-    """The good lines' memories, in order."""
-    vectors: list[Any]
-    """Each memory's unit vector, or None where the line had none (or the file's vectors are not used)."""
     records: list[Record | None]
-    """Each memory's record, built here when its vector is used (else None: it is embedded first)."""
+    """The good lines' records, in order; None where the memory has no usable vector (it is embedded first)."""
+    unembedded: dict[int, Memory]
+    """The memories of those None records, by position."""
     bad: list[tuple[int, str]]
     offset: int
     line: int
@@ -85,15 +83,18 @@ def _parse(raw: bytes, dim: int | None, now: datetime, max_chars: int) -> tuple[
 def read_lines(handle: IO[bytes], line: int, *, size: int, **options: Any) -> Parsed:
     """Up to ``size`` lines from where ``handle`` is, read and checked ``BATCH`` at a time (``read_batch``)."""
     parts = [read_batch(handle, line, **options)]
-    lines = len(parts[0].memories) + len(parts[0].bad)
-    while lines < size and len(parts[-1].memories) + len(parts[-1].bad) == BATCH:  # a short one ended the file
+    lines = len(parts[0].records) + len(parts[0].bad)
+    while lines < size and len(parts[-1].records) + len(parts[-1].bad) == BATCH:  # a short one ended the file
         parts.append(read_batch(handle, parts[-1].line, **options))
-        lines += len(parts[-1].memories) + len(parts[-1].bad)
+        lines += len(parts[-1].records) + len(parts[-1].bad)
     if len(parts) == 1:
         return parts[0]
-    return Parsed([m for p in parts for m in p.memories], [v for p in parts for v in p.vectors],
-                  [r for p in parts for r in p.records], [b for p in parts for b in p.bad], parts[-1].offset,
-                  parts[-1].line)  # fmt: skip
+    records: list[Record | None] = []
+    unembedded: dict[int, Memory] = {}
+    for part in parts:
+        unembedded.update((len(records) + at, memory) for at, memory in part.unembedded.items())
+        records += part.records
+    return Parsed(records, unembedded, [b for p in parts for b in p.bad], parts[-1].offset, parts[-1].line)
 
 
 def read_batch(handle: IO[bytes], line: int, *, dim: int | None, max_chars: int, use_vectors: bool) -> Parsed:
@@ -115,7 +116,8 @@ def read_batch(handle: IO[bytes], line: int, *, dim: int | None, max_chars: int,
             bad.append((line, str(exc)))
     good, vectors = _checked_vectors(found, bad, use_vectors)
     records = [None if v is None else to_record(m, v) for m, v in zip(good, vectors, strict=True)]
-    return Parsed(good, vectors, records, sorted(bad), handle.tell(), line)
+    unembedded = {at: memory for at, (memory, record) in enumerate(zip(good, records, strict=True)) if record is None}
+    return Parsed(records, unembedded, sorted(bad), handle.tell(), line)
 
 
 def _checked_vectors(

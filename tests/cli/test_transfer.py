@@ -216,8 +216,9 @@ def test_lines_are_read_in_checked_chunks_and_joined_in_order(tmp_path: Path) ->
         first = read_lines(handle, 0, size=2 * BATCH, **options)
         rest = read_lines(handle, first.line, size=2 * BATCH, **options)
         end = read_lines(handle, rest.line, size=2 * BATCH, **options)
-    assert len(first.memories) + len(first.bad) == 2 * BATCH and first.line == 2 * BATCH
-    assert [m.content for m in first.memories + rest.memories] == [
-        line["content"] for line in lines if line["content"]]  # fmt: skip
+    assert len(first.records) + len(first.bad) == 2 * BATCH and first.line == 2 * BATCH
+    assert all(r is None for r in first.records + rest.records)  # no vectors: each is embedded first
+    contents = [p.unembedded[at].content for p in (first, rest) for at in range(len(p.records))]
+    assert contents == [line["content"] for line in lines if line["content"]]
     assert [n for n, _ in first.bad + rest.bad] == [i + 1 for i in range(len(lines)) if i % 1000 == 7]
-    assert not end.memories and not end.bad and end.offset == rest.offset == path.stat().st_size
+    assert not end.records and not end.bad and end.offset == rest.offset == path.stat().st_size

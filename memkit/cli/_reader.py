@@ -1,0 +1,191 @@
+"""Import lines read and checked in a child process, on another core than the writes.
+
+Checking a line (decoding it, the library's rules, building its record) costs about what writing it does,
+and in one process both want the GIL: a thread reading ahead only fought SQLite for it. A child process
+checks the next batch while this one writes the current; it sends the records as columns (one array of
+vectors, lists of strings and numbers), which pickle about ten times faster than the records themselves
+(30 -> 3 us a memory, both ends). The child stays at most one batch ahead: a batch is sent whole, and it
+waits for this process to take it before reading on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from multiprocessing.connection import Connection
+from typing import Any, NamedTuple
+
+import anyio.to_thread
+import numpy as np
+
+from memkit._validation import _shared_scope
+from memkit.backend import Record
+from memkit.cli._output import CliError, ExitCode
+from memkit.layers.longterm import Memory
+
+__all__ = ["CHILD_FROM_BYTES", "ChildReader", "child_reader", "use_child"]
+
+CHILD_FROM_BYTES = 8_000_000
+"""A file with less left to read than this is checked in this process: starting a child (an interpreter
+importing memkit) takes ~0.5 s, what checking ~15,000 lines takes."""
+
+
+def use_child(remaining_bytes: int) -> bool:
+    """A child checks the lines when there are enough of them and another core to check them on."""
+    return remaining_bytes >= CHILD_FROM_BYTES and len(os.sched_getaffinity(0)) > 1
+
+
+class _Columns(NamedTuple):
+    """A batch's records, column by column (every record built by the child has a vector)."""
+
+    at: list[int]
+    ids: list[str]
+    scopes: list[tuple[str | None, str | None, str | None]]
+    bodies: list[bytes]
+    texts: list[str | None]
+    vectors: np.ndarray | None
+    numbers: list[tuple[float, float, float | None, int, float | None]]
+    """importance, timestamp, expires_at, access_count, last_accessed"""
+    fields: list[dict[str, Any]]
+
+
+class _Batch(NamedTuple):
+    columns: _Columns
+    size: int
+    unembedded: dict[int, Memory]
+    bad: list[tuple[int, str]]
+    offset: int
+    line: int
+
+
+def _to_columns(records: list[Record | None]) -> _Columns:
+    built = [(at, r) for at, r in enumerate(records) if r is not None]
+    return _Columns(
+        [at for at, _ in built], [r.id for _, r in built],
+        [(r.scope.user_id, r.scope.agent_id, r.scope.session_id) for _, r in built], [r.body for _, r in built],
+        [r.text for _, r in built], np.stack([r.vector for _, r in built]) if built else None,
+        [(r.importance, r.timestamp, r.expires_at, r.access_count, r.last_accessed) for _, r in built],
+        [r.fields for _, r in built],
+    )  # fmt: skip
+
+
+def _from_columns(columns: _Columns, size: int) -> list[Record | None]:
+    records: list[Record | None] = [None] * size
+    for i, at in enumerate(columns.at):
+        scope = _shared_scope(*columns.scopes[i])
+        importance, timestamp, expires_at, access_count, last_accessed = columns.numbers[i]
+        records[at] = Record(id=columns.ids[i], scope=scope, body=columns.bodies[i], text=columns.texts[i],
+                             vector=columns.vectors[i] if columns.vectors is not None else None,
+                             importance=importance, timestamp=timestamp, expires_at=expires_at,
+                             fields=columns.fields[i], access_count=access_count,
+                             last_accessed=last_accessed)  # fmt: skip
+    return records
+
+
+def _child(path: str, offset: int, line: int, options: dict[str, Any], send: Connection) -> None:
+    """The child's work: every batch from ``offset`` to the end of the file, then an empty one (or the error)."""
+    from memkit.cli._lines import read_lines
+
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            while True:
+                parsed = read_lines(handle, line, **options)
+                send.send(_Batch(_to_columns(parsed.records), len(parsed.records), parsed.unembedded, parsed.bad,
+                                 parsed.offset, parsed.line))  # fmt: skip
+                if not parsed.records and not parsed.bad:
+                    return
+                line = parsed.line
+    except BrokenPipeError:
+        return  # the parent stopped reading: it failed or was interrupted, and says so itself
+    except Exception as exc:  # the parent reports it; a traceback here would only garble its progress bar
+        send.send(f"{type(exc).__name__}: {exc}")
+    finally:
+        send.close()
+
+
+def _receive(receive: Connection, child: subprocess.Popen[bytes]) -> _Batch | str | None:
+    """The child's next batch; None if it ended without a word (killed, out of memory)."""
+    while not receive.poll(0.2):
+        if child.poll() is not None and not receive.poll(0):
+            return None
+    try:
+        item: _Batch | str = receive.recv()
+    except EOFError:
+        return None
+    return item
+
+
+def _start_child(
+    path: str, offset: int, line: int, options: dict[str, Any]
+) -> tuple[subprocess.Popen[bytes], Connection]:
+    # A new interpreter running this module, not multiprocessing's spawn: that one imports the parent's
+    # main script again in the child, and a script calling the CLI without a __main__ guard would rerun.
+    read_end, write_end = os.pipe()
+    arguments = json.dumps({"path": path, "offset": offset, "line": line, "options": options, "fd": write_end})
+    try:
+        child = subprocess.Popen([sys.executable, "-m", "memkit.cli._reader", arguments], pass_fds=(write_end,),
+                                 stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)  # the child's end: its closing is how this end learns the child is gone
+    return child, Connection(read_end, writable=False)
+
+
+class ChildReader:
+    """The child process checking the lines from ``offset`` with ``options`` (``read_lines``'s), started at
+    once: it reads while this process opens the store (a second or so of imports and setup)."""
+
+    def __init__(self, path: str, offset: int, line: int, options: dict[str, Any]) -> None:
+        self.options = options
+        self._child, self._receive = _start_child(path, offset, line, options)
+
+    @classmethod
+    async def start(cls, path: str, offset: int, line: int, options: dict[str, Any]) -> ChildReader:
+        return await anyio.to_thread.run_sync(partial(cls, path, offset, line, options))
+
+    async def batches(self) -> AsyncGenerator[Any, None]:
+        """``read_lines`` batches, as ``Parsed``, to the end of the file."""
+        from memkit.cli._lines import Parsed
+
+        while True:
+            batch = await anyio.to_thread.run_sync(_receive, self._receive, self._child)
+            if batch is None or isinstance(batch, str):
+                raise CliError(f"reading the file failed: {batch or 'the reading process stopped'}",
+                               "run the import again: it continues after the last batch written",
+                               ExitCode.FAILED)  # fmt: skip
+            if not batch.size and not batch.bad:
+                return
+            yield Parsed(_from_columns(batch.columns, batch.size), batch.unembedded, batch.bad, batch.offset,
+                         batch.line)  # fmt: skip
+
+    async def aclose(self) -> None:
+        self._receive.close()
+        self._child.kill()
+        await anyio.to_thread.run_sync(self._child.wait)
+
+
+@asynccontextmanager
+async def child_reader(path: str, offset: int, line: int, options: dict[str, Any]) -> AsyncIterator[ChildReader]:
+    reader = await ChildReader.start(path, offset, line, options)
+    try:
+        yield reader
+    finally:
+        with anyio.CancelScope(shield=True):  # a child left running would read the whole file for nothing
+            await reader.aclose()
+
+
+if __name__ == "__main__":
+    # This module's own names, not __main__'s: what the child pickles must unpickle in the parent.
+    from memkit.cli import _reader  # noqa: PLW0406 - see above
+
+    _arguments = json.loads(sys.argv[1])
+    _reader._child(_arguments["path"], _arguments["offset"], _arguments["line"], _arguments["options"],
+                   Connection(_arguments["fd"], readable=False))  # fmt: skip
