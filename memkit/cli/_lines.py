@@ -19,7 +19,7 @@ from memkit.errors import ScopeError, ValidationError
 from memkit.layers.longterm import Memory
 from memkit.layers.longterm._codec import memory_id, to_record
 
-__all__ = ["BATCH", "EMBEDDED_BATCH", "Parsed", "read_batch", "read_header", "read_lines"]
+__all__ = ["BATCH", "EMBEDDED_BATCH", "Parsed", "joined", "read_batch", "read_header", "read_lines"]
 
 BATCH = 2_000
 EMBEDDED_BATCH = 10_000
@@ -87,6 +87,11 @@ def read_lines(handle: IO[bytes], line: int, *, size: int, **options: Any) -> Pa
     while lines < size and len(parts[-1].records) + len(parts[-1].bad) == BATCH:  # a short one ended the file
         parts.append(read_batch(handle, parts[-1].line, **options))
         lines += len(parts[-1].records) + len(parts[-1].bad)
+    return joined(parts)
+
+
+def joined(parts: list[Parsed]) -> Parsed:
+    """Consecutive batches as one (positions of the unembedded shifted to the joined records)."""
     if len(parts) == 1:
         return parts[0]
     records: list[Record | None] = []

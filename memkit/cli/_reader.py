@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from multiprocessing.connection import Connection
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import anyio.to_thread
 import numpy as np
 
 from memkit._validation import _shared_scope
 from memkit.backend import Record
+from memkit.cli._lines import BATCH, Parsed, joined, read_lines
 from memkit.cli._output import CliError, ExitCode
 from memkit.layers.longterm import Memory
 
@@ -89,8 +92,6 @@ def _from_columns(columns: _Columns, size: int) -> list[Record | None]:
 
 def _child(path: str, offset: int, line: int, options: dict[str, Any], send: Connection) -> None:
     """The child's work: every batch from ``offset`` to the end of the file, then an empty one (or the error)."""
-    from memkit.cli._lines import read_lines
-
     try:
         with open(path, "rb") as handle:
             handle.seek(offset)
@@ -139,37 +140,81 @@ def _start_child(
     return child, Connection(read_end, writable=False)
 
 
+_AHEAD_PARTS: Final = 10
+"""Parts (of ``BATCH`` lines) the child may check ahead of the writes: two writes' worth."""
+
+
 class ChildReader:
     """The child process checking the lines from ``offset`` with ``options`` (``read_lines``'s), started at
-    once: it reads while this process opens the store (a second or so of imports and setup)."""
+    once: it reads while this process opens the store (a second or so of imports and setup).
+
+    The child sends parts of ``BATCH`` lines, which a thread here takes as they come (the child never waits
+    to send); a write takes every part that has arrived, up to ``options["size"]`` lines. So the first write
+    starts after one part, not ten, and the last one is short, while a write in the middle is a full batch.
+    """
 
     def __init__(self, path: str, offset: int, line: int, options: dict[str, Any]) -> None:
         self.options = options
-        self._child, self._receive = _start_child(path, offset, line, options)
+        self._size: int = options["size"]
+        self._child, self._receive = _start_child(path, offset, line, {**options, "size": BATCH})
+        self._parts: queue.Queue[_Batch | str | None] = queue.Queue(maxsize=_AHEAD_PARTS)
+        self._closing = threading.Event()
+        self._receiver = threading.Thread(target=self._take_parts, name="memkit-import-receiver", daemon=True)
+        self._receiver.start()
 
     @classmethod
     async def start(cls, path: str, offset: int, line: int, options: dict[str, Any]) -> ChildReader:
         return await anyio.to_thread.run_sync(partial(cls, path, offset, line, options))
 
-    async def batches(self) -> AsyncGenerator[Any, None]:
-        """``read_lines`` batches, as ``Parsed``, to the end of the file."""
-        from memkit.cli._lines import Parsed
-
-        while True:
-            batch = await anyio.to_thread.run_sync(_receive, self._receive, self._child)
-            if batch is None or isinstance(batch, str):
-                raise CliError(f"reading the file failed: {batch or 'the reading process stopped'}",
-                               "run the import again: it continues after the last batch written",
-                               ExitCode.FAILED)  # fmt: skip
-            if not batch.size and not batch.bad:
+    def _take_parts(self) -> None:
+        """The receiving thread's work: each part into the queue, until the last (or an error, or the end)."""
+        while not self._closing.is_set():
+            item = _receive(self._receive, self._child)
+            while not self._closing.is_set():
+                try:
+                    self._parts.put(item, timeout=0.2)
+                    break
+                except queue.Full:
+                    continue
+            if not _lines(item):
                 return
-            yield Parsed(_from_columns(batch.columns, batch.size), batch.unembedded, batch.bad, batch.offset,
-                         batch.line)  # fmt: skip
+
+    async def batches(self) -> AsyncGenerator[Parsed, None]:
+        """``read_lines`` batches, as ``Parsed``, to the end of the file."""
+        while True:
+            items = [await anyio.to_thread.run_sync(self._parts.get)]
+            while _lines(items[-1]) and sum(map(_lines, items)) < self._size:
+                try:
+                    items.append(self._parts.get_nowait())
+                except queue.Empty:
+                    break
+            good = [_parsed(item) for item in items if isinstance(item, _Batch) and _lines(item)]
+            if good:
+                yield joined(good)
+            last = items[-1]
+            if isinstance(last, _Batch):
+                if not _lines(last):
+                    return  # the end of the file
+                continue
+            raise CliError(f"reading the file failed: {last or 'the reading process stopped'}",
+                           "run the import again: it continues after the last batch written",
+                           ExitCode.FAILED)  # fmt: skip
 
     async def aclose(self) -> None:
-        self._receive.close()
+        self._closing.set()
         self._child.kill()
         await anyio.to_thread.run_sync(self._child.wait)
+        await anyio.to_thread.run_sync(self._receiver.join)  # it sees the child gone within 0.2 s
+        self._receive.close()
+
+
+def _lines(item: _Batch | str | None) -> int:
+    """A part's lines; 0 for the end of the file, an error, or the child gone."""
+    return item.size + len(item.bad) if isinstance(item, _Batch) else 0
+
+
+def _parsed(batch: _Batch) -> Parsed:
+    return Parsed(_from_columns(batch.columns, batch.size), batch.unembedded, batch.bad, batch.offset, batch.line)
 
 
 @asynccontextmanager

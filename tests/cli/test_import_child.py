@@ -4,6 +4,7 @@ checking the lines here gives, its errors reach the command, and a long file goe
 from __future__ import annotations
 
 import json
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from memkit.cli._import import child_options
 from memkit.cli._jsonl import encode_vector
-from memkit.cli._lines import EMBEDDED_BATCH, read_header, read_lines
+from memkit.cli._lines import EMBEDDED_BATCH, joined, read_header, read_lines
 from memkit.cli._output import CliError, ExitCode
 from memkit.cli._reader import CHILD_FROM_BYTES, child_reader
 from tests.cli._run import memkit, ok_json, sqlite_url
@@ -69,18 +70,19 @@ async def test_the_childs_batches_are_those_checked_here(tmp_path: Path) -> None
         start = handle.tell()
     async with child_reader(str(path), start, 1, options) as reader:
         got = [parsed async for parsed in reader.batches()]
-    assert len(got) == len(expected) == 3
-    for mine, theirs in zip(got, expected, strict=True):
-        assert (mine.offset, mine.line, mine.bad) == (theirs.offset, theirs.line, theirs.bad)
-        assert mine.bad and mine.unembedded.keys() == theirs.unembedded.keys() and mine.unembedded
-        assert [m.content for m in mine.unembedded.values()] == [m.content for m in theirs.unembedded.values()]
-        for a, b in zip(mine.records, theirs.records, strict=True):
-            assert (a is None) == (b is None)
-            if a is not None and b is not None:
-                assert (a.id, a.scope, a.text, a.fields, a.importance, a.timestamp) == (
-                    b.id, b.scope, b.text, b.fields, b.importance, b.timestamp)  # fmt: skip
-                assert _without_write_id(a.body) == _without_write_id(b.body)
-                assert np.array_equal(a.vector, b.vector) and a.vector.dtype == np.float32
+    # Each write takes the parts that have arrived: as many lines as here in all, never more than a batch.
+    assert all(len(p.records) + len(p.bad) <= EMBEDDED_BATCH for p in got) and len(got) >= len(expected) == 3
+    mine, theirs = joined(got), joined(expected)
+    assert (mine.offset, mine.line, mine.bad) == (theirs.offset, theirs.line, theirs.bad)
+    assert mine.bad and mine.unembedded.keys() == theirs.unembedded.keys() and mine.unembedded
+    assert [m.content for m in mine.unembedded.values()] == [m.content for m in theirs.unembedded.values()]
+    for a, b in zip(mine.records, theirs.records, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None and b is not None:
+            assert (a.id, a.scope, a.text, a.fields, a.importance, a.timestamp) == (
+                b.id, b.scope, b.text, b.fields, b.importance, b.timestamp)  # fmt: skip
+            assert _without_write_id(a.body) == _without_write_id(b.body)
+            assert np.array_equal(a.vector, b.vector) and a.vector.dtype == np.float32
 
 
 async def test_a_file_the_child_cannot_read_is_the_commands_error(tmp_path: Path) -> None:
@@ -132,3 +134,17 @@ async def test_the_child_started_before_the_store_opens_is_the_one_a_sqlite_stor
     assert other != guessed_other
     assert not other["use_vectors"]  # its vectors unused: every line is embedded again, here
     assert child_options(identity, 8000, server=True, reembed=False, store=store) != guess  # a server: no child
+
+
+async def test_leaving_after_one_batch_ends_the_child_and_the_receiving_thread(tmp_path: Path) -> None:
+    """A write that fails (or ^C) leaves the reader mid-file: nothing of it may outlive the import."""
+    import threading
+
+    path = _file(tmp_path / "lines.jsonl", 25_000)
+    options: dict[str, Any] = {"dim": 8, "max_chars": 1000, "use_vectors": True, "size": 2_000}
+    async with child_reader(str(path), 0, 0, options) as reader:
+        async with aclosing(reader.batches()) as batches:
+            first = await anext(batches)
+        assert len(first.records) + len(first.bad) <= 2_000
+    assert reader._child.returncode is not None
+    assert not [t for t in threading.enumerate() if t.name == "memkit-import-receiver"]
