@@ -169,7 +169,10 @@ class ChildReader:
     def _take_parts(self) -> None:
         """The receiving thread's work: each part into the queue, until the last (or an error, or the end)."""
         while not self._closing.is_set():
-            item = _receive(self._receive, self._child)
+            try:
+                item: _Batch | str | None = _receive(self._receive, self._child)
+            except Exception as exc:  # whatever it is, the import must end saying so, not wait for a part
+                item = f"{type(exc).__name__}: {exc}"
             while not self._closing.is_set():
                 try:
                     self._parts.put(item, timeout=0.2)

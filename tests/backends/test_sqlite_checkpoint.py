@@ -88,3 +88,25 @@ async def test_a_backend_that_only_reads_starts_no_thread(tmp_path: Path) -> Non
     async with SQLiteBackend(StorageURL(f"sqlite:///{path}")) as backend:
         assert await backend.count("c", Scope(user_id="u")) == 10
         assert not _checkpoint_threads() - before
+
+
+def test_close_ends_the_thread_whenever_it_comes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """close() racing the thread's own steps (a write's signal, the pause after it, the checkpoint): the
+    thread ends every time. A close() landing between the pause and the thread's clear() once left it waiting
+    for a write forever, and an import hung at its end."""
+    import sqlite3
+
+    from memkit_backends.sqlite import _checkpoint
+
+    path = tmp_path / "x.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+    monkeypatch.setattr(_checkpoint, "_AFTER_WRITE_S", 0.0005)  # the pause: the race's window, made frequent
+    for attempt in range(300):
+        checkpointer = _checkpoint.Checkpointer(str(path))
+        checkpointer.wrote()
+        time.sleep((attempt % 7) * 0.0002)
+        closing = threading.Thread(target=checkpointer.close, daemon=True)  # a hung one must not hold pytest
+        closing.start()
+        closing.join(timeout=5.0)
+        assert not closing.is_alive(), f"close() did not return (attempt {attempt})"

@@ -62,7 +62,13 @@ class Checkpointer:
         except sqlite3.Error:
             return
         try:
-            while self._wrote.wait() and not self._closing.wait(_AFTER_WRITE_S):
+            while not self._closing.is_set():
+                # Woken by a write or by close(); the timeout only bounds a wake-up lost to a race with close()
+                # (which sets _closing first, so a clear() after its set() is seen by the loop's test).
+                if not self._wrote.wait(1.0):
+                    continue
+                if self._closing.wait(_AFTER_WRITE_S):
+                    break
                 self._wrote.clear()
                 # An error (the file moved or broke) is left to the writer: its own checkpoint, or its error.
                 with contextlib.suppress(sqlite3.Error):
