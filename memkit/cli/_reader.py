@@ -2,17 +2,18 @@
 
 Checking a line (decoding it, the library's rules, building its record) costs about what writing it does,
 and in one process both want the GIL: a thread reading ahead only fought SQLite for it. A child process
-checks the next batch while this one writes the current; it sends the records as columns (one array of
-vectors, lists of strings and numbers), which pickle about ten times faster than the records themselves
-(30 -> 3 us a memory, both ends). The child stays at most one batch ahead: a batch is sent whole, and it
-waits for this process to take it before reading on.
+checks the next lines while this one writes; it sends the records as columns (one array of vectors, lists
+of strings and numbers), which pickle about ten times faster than the records themselves (30 -> 3 us a
+memory, both ends). It checks at most ``_AHEAD_PARTS`` parts ahead of the writes (``ChildReader``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -160,7 +161,11 @@ class ChildReader:
         self._parts: queue.Queue[_Batch | str | None] = queue.Queue(maxsize=_AHEAD_PARTS)
         self._closing = threading.Event()
         self._receiver = threading.Thread(target=self._take_parts, name="memkit-import-receiver", daemon=True)
-        self._receiver.start()
+        try:
+            self._receiver.start()
+        except BaseException:
+            self._end_child()
+            raise
 
     @classmethod
     async def start(cls, path: str, offset: int, line: int, options: dict[str, Any]) -> ChildReader:
@@ -205,10 +210,19 @@ class ChildReader:
 
     async def aclose(self) -> None:
         self._closing.set()
+        await anyio.to_thread.run_sync(self._end_child)
+
+    def _end_child(self) -> None:
+        self._closing.set()
         self._child.kill()
-        await anyio.to_thread.run_sync(self._child.wait)
-        await anyio.to_thread.run_sync(self._receiver.join)  # it sees the child gone within 0.2 s
+        self._child.wait()
+        if self._receiver.is_alive():
+            self._receiver.join()  # it sees the child gone within 0.2 s
         self._receive.close()
+        # A get() the event loop gave up on (Ctrl-C under asyncio cancels even a shielded wait) still blocks
+        # a worker thread, which asyncio waits for at exit: wake it. Blocked, it means the queue is empty.
+        with contextlib.suppress(queue.Full):
+            self._parts.put_nowait(None)
 
 
 def _lines(item: _Batch | str | None) -> int:
@@ -231,6 +245,9 @@ async def child_reader(path: str, offset: int, line: int, options: dict[str, Any
 
 
 if __name__ == "__main__":
+    # ^C reaches the whole process group: the parent reports it and ends this process; a traceback of
+    # its own here would only garble the parent's progress bar.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # This module's own names, not __main__'s: what the child pickles must unpickle in the parent.
     from memkit.cli import _reader  # noqa: PLW0406 - see above
 

@@ -3,6 +3,7 @@ with the backend."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -31,6 +32,11 @@ def _records(n: int, start: int = 0) -> list[Record]:
 def _checkpoint_threads() -> set[threading.Thread]:
     """Alive checkpoint threads (another test's backend left open may own one: compare with a baseline)."""
     return {t for t in threading.enumerate() if t.name == "memkit-sqlite-checkpoint"}
+
+
+def _open_files_under(folder: Path) -> list[str]:
+    found = (os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd"))
+    return [path for path in found if path.startswith(str(folder))]
 
 
 def _waited_to_grow(path: Path, size: int, timeout_s: float = 10.0) -> bool:
@@ -103,10 +109,41 @@ def test_close_ends_the_thread_whenever_it_comes(tmp_path: Path, monkeypatch: py
         conn.execute("PRAGMA journal_mode = WAL")
     monkeypatch.setattr(_checkpoint, "_AFTER_WRITE_S", 0.0005)  # the pause: the race's window, made frequent
     for attempt in range(300):
-        checkpointer = _checkpoint.Checkpointer(str(path))
+        checkpointer = _checkpoint.Checkpointer(str(path), "NORMAL")
         checkpointer.wrote()
         time.sleep((attempt % 7) * 0.0002)
         closing = threading.Thread(target=checkpointer.close, daemon=True)  # a hung one must not hold pytest
         closing.start()
         closing.join(timeout=5.0)
         assert not closing.is_alive(), f"close() did not return (attempt {attempt})"
+
+
+async def test_a_backend_closed_while_cancelled_leaves_no_thread_or_open_file(tmp_path: Path) -> None:
+    """Leaving ``async with`` by a timeout cancels its close too: it must close all the same."""
+    path = tmp_path / "x.db"
+    before = _checkpoint_threads()
+    with anyio.move_on_after(0.5):
+        async with SQLiteBackend(StorageURL(f"sqlite:///{path}")) as backend:
+            await backend.ensure_collection("c", DIM)
+            await backend.upsert("c", _records(10))
+            await anyio.sleep(30)
+    assert not _checkpoint_threads() - before
+    assert not _open_files_under(tmp_path)
+    assert not (tmp_path / "x.db-wal").exists()
+
+
+async def test_the_thread_finds_the_file_after_the_working_directory_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative sqlite:///x.db, then os.chdir before the first write: the thread still checkpoints x.db."""
+    monkeypatch.chdir(tmp_path)
+    async with SQLiteBackend(StorageURL("sqlite:///x.db")) as backend:
+        await backend.ensure_collection("c", DIM)
+    size = (tmp_path / "x.db").stat().st_size
+    async with SQLiteBackend(StorageURL("sqlite:///x.db")) as backend:  # an existing file: opening writes nothing
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        monkeypatch.chdir(elsewhere)
+        for start in range(0, 3_000, 1_000):
+            await backend.upsert("c", _records(1_000, start))
+        assert await _grows_past(tmp_path / "x.db", size + 3_000 * DIM * 4)

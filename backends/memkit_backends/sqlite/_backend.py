@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, NamedTuple, TypeVar
 
@@ -93,7 +94,8 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             raise InvalidURLError(f"timeout={url.options['timeout']!r} in {url}: must be a number of seconds > 0")
         self._synchronous = url.option("synchronous", "normal", choices=_SYNCHRONOUS).upper()
         self._conn: sqlite3.Connection | None = None
-        self._checkpoints = Checkpointer(self.path)
+        self._checkpoints = Checkpointer(self.path, self._synchronous)
+        self._in_use = threading.Lock()
         self._lock = QueriesLast()  # a store's operations go before queued recalls' queries
         self._cache = RecordCache(self._dtype, self.path)
         self._deletions_since_prune = 0
@@ -117,7 +119,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
     async def _in_thread(self, conn: sqlite3.Connection, action: Callable[[sqlite3.Connection], T]) -> T:
         changes = conn.total_changes
         try:
-            return await anyio.to_thread.run_sync(action, conn)
+            return await anyio.to_thread.run_sync(self._using, conn, action)
         except sqlite3.Error as exc:
             raise driver_error(self.path, self._busy_timeout_s, exc) from exc
         except UnicodeEncodeError as exc:  # a lone surrogate in an id or key
@@ -125,6 +127,12 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         finally:
             if conn.total_changes != changes:  # something was written (a rolled-back write costs one no-op)
                 self._checkpoints.wrote()
+
+    def _using(self, conn: sqlite3.Connection, action: Callable[[sqlite3.Connection], T]) -> T:
+        # A call the event loop gave up on (Ctrl-C under asyncio cancels even a shielded wait) may still be
+        # running here: closing the connection under it crashed the process (aclose takes this lock first).
+        with self._in_use:
+            return action(conn)
 
     async def _read(self, collection: str, action: Callable[[ColumnarCollection], T], *, scans: bool = False,
                     scope: Scope | None = None, query: bool = False) -> T:  # fmt: skip
@@ -146,7 +154,8 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         if self._conn is not None:
             return
         self._conn = await anyio.to_thread.run_sync(connect, self.path, self._busy_timeout_s, self._synchronous)
-        self._checkpoints = Checkpointer(self.path)  # a closed backend's was ended; a reopened one gets its own
+        # A closed backend's was ended; a reopened one gets its own.
+        self._checkpoints = Checkpointer(self.path, self._synchronous)
         try:
             await self.setup()
         except BaseException:
@@ -160,12 +169,17 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         await self._run(work)
 
     async def aclose(self) -> None:
-        async with self._lock.hold():
-            if self._conn is not None:
-                conn, self._conn = self._conn, None
-                await anyio.to_thread.run_sync(self._checkpoints.close)  # before the last connection closes
-                await anyio.to_thread.run_sync(conn.close)
-            self._cache.clear()
+        with anyio.CancelScope(shield=True):  # closed even when cancelled: no thread or descriptor left behind
+            async with self._lock.hold():
+                if self._conn is not None:
+                    await anyio.to_thread.run_sync(self._close, self._conn)
+                    self._conn = None
+                self._cache.clear()
+
+    def _close(self, conn: sqlite3.Connection) -> None:
+        self._checkpoints.close()  # before the last connection closes (that close empties the WAL)
+        with self._in_use:
+            conn.close()
 
     @staticmethod
     def _transaction(conn: sqlite3.Connection, work: Callable[[], T]) -> T:

@@ -27,10 +27,14 @@ _AFTER_WRITE_S: Final = 0.2
 
 
 class Checkpointer:
-    """Checkpoints ``path``'s WAL in a daemon thread, started by the first ``wrote()``; ``close()`` ends it."""
+    """Checkpoints ``path``'s WAL in a daemon thread, started by the first ``wrote()``; ``close()`` ends it.
+    ``synchronous``: the writer's level (a validated ``PRAGMA synchronous`` value)."""
 
-    def __init__(self, path: str) -> None:
-        self._path = path
+    def __init__(self, path: str, synchronous: str) -> None:
+        # mode=rw: a file removed meanwhile is not created again, empty, by this connection. Resolved now: the
+        # working directory may change before the first write starts the thread.
+        self._uri = f"file:{urllib.parse.quote(str(Path(path).resolve()))}?mode=rw"
+        self._synchronous = synchronous
         self._wrote = threading.Event()
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
@@ -55,13 +59,13 @@ class Checkpointer:
             thread.join()
 
     def _loop(self) -> None:
-        # mode=rw: a file removed meanwhile is not created again, empty, by this connection.
-        uri = f"file:{urllib.parse.quote(str(Path(self._path).resolve()))}?mode=rw"
         try:
-            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            conn = sqlite3.connect(self._uri, uri=True, isolation_level=None, check_same_thread=False)
         except sqlite3.Error:
             return
         try:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute(f"PRAGMA synchronous = {self._synchronous}")  # a checkpoint syncs as the writer would
             while not self._closing.is_set():
                 # Woken by a write or by close(); the timeout only bounds a wake-up lost to a race with close()
                 # (which sets _closing first, so a clear() after its set() is seen by the loop's test).
