@@ -43,7 +43,7 @@ from memkit_backends._embedded.priority import QueriesLast
 from memkit_backends.sqlite._cache import DELETIONS_KEPT, RecordCache, file_dim, log_deletions, prune_deletions
 from memkit_backends.sqlite._checkpoint import Checkpointer
 from memkit_backends.sqlite._codec import record_params
-from memkit_backends.sqlite._connect import connect, driver_error
+from memkit_backends.sqlite._connect import connect, driver_error, next_seqs, transaction
 from memkit_backends.sqlite._kv_face import SQLiteKeyValue
 from memkit_backends.sqlite._schema import create_schema
 
@@ -164,7 +164,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
 
     async def setup(self) -> None:
         def work(conn: sqlite3.Connection) -> None:
-            self._transaction(conn, lambda: create_schema(conn))
+            transaction(conn, lambda: create_schema(conn))
 
         await self._run(work)
 
@@ -180,17 +180,6 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         self._checkpoints.close()  # before the last connection closes (that close empties the WAL)
         with self._in_use:
             conn.close()
-
-    @staticmethod
-    def _transaction(conn: sqlite3.Connection, work: Callable[[], T]) -> T:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = work()
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        return result
 
     def _write(self, conn: sqlite3.Connection, name: str, work: Callable[[ColumnarCollection], _Apply]) -> None:
         """Run ``work`` (SQL writes; returns the cache update) in one IMMEDIATE transaction."""
@@ -210,26 +199,18 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         self._transact(conn, lambda: work(self._cache.loaded(conn, name)))
 
     def _transact(self, conn: sqlite3.Connection, work: Callable[[], _Apply]) -> None:
-        def transaction() -> tuple[_Apply, int]:
+        def work_and_seq() -> tuple[_Apply, int]:
             apply_to_cache = work()
             # Read while the write lock is still ours: after COMMIT another writer may already have
             # moved the counter, and its changes would then be skipped by the next sync.
             return apply_to_cache, conn.execute("SELECT value FROM memkit_meta WHERE key = 'change_seq'").fetchone()[0]
 
-        apply_to_cache, last_seq = self._transaction(conn, transaction)
+        apply_to_cache, last_seq = transaction(conn, work_and_seq)
         apply_to_cache()
         self._cache.last_seq = last_seq
 
     async def _write_async(self, name: str, work: Callable[[sqlite3.Connection, ColumnarCollection], _Apply]) -> None:
         await self._run(lambda conn: self._write(conn, name, lambda cache: work(conn, cache)))
-
-    @staticmethod
-    def _next_seqs(conn: sqlite3.Connection, count: int) -> int:
-        """Reserve ``count`` change numbers; returns the first."""
-        end = conn.execute(
-            "UPDATE memkit_meta SET value = value + ? WHERE key = 'change_seq' RETURNING value", (count,)
-        ).fetchone()[0]
-        return int(end) - count + 1
 
     # -- writes ---------------------------------------------------------------------------------
     async def ensure_collection(self, name: str, dim: int | None) -> None:
@@ -307,7 +288,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         rest of the row could: one rule, loaded or not."""
         # Refuses NaN fields and dimension mismatches before any SQL.
         dim = dim_after(records, _stored_dim(conn, collection, cache))
-        first = self._next_seqs(conn, len(records))
+        first = next_seqs(conn, len(records))
         conn.executemany(
             "INSERT INTO memkit_records (collection, id, user_id, agent_id, session_id, body, text, vector, "
             "importance, timestamp, expires_at, fields, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
@@ -360,7 +341,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             if live:
                 # Two columns and the change number: other processes' caches reload the row; the
                 # full-text index is not touched.
-                first = self._next_seqs(conn, len(live))
+                first = next_seqs(conn, len(live))
                 conn.executemany(
                     "UPDATE memkit_records SET access_count = access_count + ?, "
                     "last_accessed = max(coalesce(last_accessed, ?), ?), seq = ? WHERE collection = ? AND id = ?",
@@ -408,7 +389,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         return found
 
     def _delete_rows(self, conn: sqlite3.Connection, collection: str, ids: list[str]) -> None:
-        first = self._next_seqs(conn, len(ids))
+        first = next_seqs(conn, len(ids))
         keys = [(collection, record_id) for record_id in ids]
         conn.executemany("DELETE FROM memkit_tokens WHERE record = (SELECT rowid FROM memkit_records "
                          "WHERE collection = ? AND id = ?)", keys)  # fmt: skip

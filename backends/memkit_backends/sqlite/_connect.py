@@ -9,11 +9,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from memkit.errors import BackendError, BackendRefusedError, BackendTimeoutError, BackendUnavailableError
 from memkit_backends.sqlite._checkpoint import WRITER_CHECKPOINT_PAGES
 
-__all__ = ["connect", "driver_error", "unwritable_reason"]
+__all__ = ["connect", "driver_error", "next_seqs", "transaction", "unwritable_reason"]
 
 
 def unwritable_reason(path: str) -> tuple[type[BackendError], str] | None:
@@ -53,6 +55,8 @@ def driver_error(path: str, timeout_s: float, exc: sqlite3.Error) -> BackendErro
         return BackendRefusedError(f"{path} is not a SQLite database: {exc}")
     return BackendError(f"SQLite error on {path}: {exc}")
 
+
+T = TypeVar("T")
 
 CACHE_KIB = 32_768
 """SQLite's page cache per connection, in KiB (its default: 2,000)."""
@@ -108,3 +112,23 @@ def _enter_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
                 raise
             time.sleep(delay_s)
             delay_s = min(delay_s * 2, 0.05)
+
+
+def transaction(conn: sqlite3.Connection, work: Callable[[], T]) -> T:
+    """``work`` in one write transaction (``BEGIN IMMEDIATE``: the write lock first), rolled back if it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = work()
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return result
+
+
+def next_seqs(conn: sqlite3.Connection, count: int) -> int:
+    """Reserve ``count`` change numbers; returns the first (inside a write transaction)."""
+    end = conn.execute(
+        "UPDATE memkit_meta SET value = value + ? WHERE key = 'change_seq' RETURNING value", (count,)
+    ).fetchone()[0]
+    return int(end) - count + 1
