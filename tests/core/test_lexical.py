@@ -215,3 +215,23 @@ def test_numbers_are_their_own_stems_and_not_remembered() -> None:
 
     assert tokenize("order 918273645 shipped 3pm") == ["order", "918273645", "ship", "3pm"]
     assert "918273645" not in text_module._STEMS and "shipped" in text_module._STEMS
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=80) | st.text(max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_words_of_ascii_text_are_the_regexs_without_it(text: str) -> None:
+    """ASCII text is split by a byte table instead of the regex: every word, and every dedupe key, is the same."""
+    import unicodedata
+
+    import memkit.text as text_module
+
+    assert text_module._lower_words(text) == text_module._WORD.findall(text.lower())
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    assert text_module.normalize_for_dedupe(text) == " ".join(text_module._WORD.findall(folded))
+
+
+def test_ascii_punctuation_underscores_and_controls_split_words() -> None:
+    from memkit.text import normalize_for_dedupe
+
+    assert tokenize("Tea_time!\tAT 5pm;\x00café's") == ["tea", "time", "5pm", "café"]
+    assert normalize_for_dedupe("Hello,\nWORLD__42 ") == "hello world 42"
