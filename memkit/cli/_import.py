@@ -60,6 +60,10 @@ async def _write(mem: Any, parsed: Parsed, report: _Report) -> None:
     from memkit.layers._embedding import embed_texts
     from memkit.layers.longterm._codec import index_text, to_record
 
+    if parsed.encoded is not None:  # checked, encoded and tokenized by the child reader: SQLite writes them as they are
+        await mem.backend.upsert_encoded(mem.long_term.config.collection, parsed.encoded)
+        report.imported += parsed.size()
+        return
     records = list(parsed.records)
     if parsed.unembedded:
         missing = list(parsed.unembedded.items())
@@ -132,7 +136,8 @@ async def _run(args: argparse.Namespace, handle: IO[bytes], line: int, *, header
                                use_vectors=True, size=BATCH)  # fmt: skip
     # Checked by a child process, started before the store opens, when its options prove to be the ones
     # the store calls for (an embedded store whose model is the file's: the common case); else by this one.
-    guess = child_options(identity, LongTermConfig().max_content_chars, server=False, reembed=args.reembed)
+    guess = child_options(identity, LongTermConfig().max_content_chars, server=False, reembed=args.reembed,
+                          encoded=_sqlite(args.url))  # fmt: skip
     async with AsyncExitStack() as stack:
         reader = None
         if use_child(_left(handle)):
@@ -158,24 +163,38 @@ async def _write_all(args: argparse.Namespace, mem: Any, handle: IO[bytes], line
 
     server = mem.backend.capabilities.concurrent_requests
     options = child_options(identity, mem.long_term.config.max_content_chars, server=server, reembed=args.reembed,
-                            store=store_identity)  # fmt: skip
+                            store=store_identity, encoded=hasattr(mem.backend, "upsert_encoded"))  # fmt: skip
+    reading = {name: value for name, value in options.items() if name != "tokens"}  # the child's alone
     # What is alive now (the interpreter, numba, the store) outlives the import: each full collection
     # of the cycle collector walked it for nothing (100k lines into SQLite 13.1-13.5k/s -> 14.3-15.2k/s).
     gc.freeze()
     try:
         await _pipeline(handle, line, report, write, ahead=server,
                         reader=reader if reader is not None and reader.options == options else None,
-                        **options)  # fmt: skip
+                        **reading)  # fmt: skip
     finally:
         gc.unfreeze()
 
 
 def child_options(identity: tuple[str, int] | None, max_chars: int, *, server: bool, reembed: bool,
-                  store: tuple[str, int] | None = None) -> dict[str, Any]:  # fmt: skip
-    """``read_lines``'s options for a store (``store``: its model; None guesses the file's, before it opens)."""
+                  store: tuple[str, int] | None = None, encoded: bool = False) -> dict[str, Any]:  # fmt: skip
+    """``read_lines``'s options for a store (``store``: its model; None guesses the file's, before it opens),
+    and ``tokens``: whether a child reader tokenizes the texts for the store (``encoded``: it takes encoded rows)."""
     use_vectors = identity is not None and (store is None or identity == store) and not reembed
     return {"dim": None if identity is None else identity[1], "max_chars": max_chars,
-            "size": BATCH if server else EMBEDDED_BATCH, "use_vectors": use_vectors}  # fmt: skip
+            "size": BATCH if server else EMBEDDED_BATCH, "use_vectors": use_vectors,
+            "tokens": encoded and use_vectors}  # fmt: skip
+
+
+def _sqlite(url: str | None) -> bool:
+    """Whether the import's URL is a SQLite file's (guessed before the store opens)."""
+    from memkit._url import StorageURL
+    from memkit.cli._store import resolve_url
+
+    try:
+        return StorageURL(resolve_url(url)).scheme == "sqlite"
+    except Exception:  # the store's opening reports a bad URL, with its advice
+        return False
 
 
 def _left(handle: IO[bytes]) -> int:

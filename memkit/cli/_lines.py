@@ -39,6 +39,13 @@ class Parsed(NamedTuple):
     bad: list[tuple[int, str]]
     offset: int
     line: int
+    encoded: Any = None
+    """The good lines as a SQLite store's ``EncodedRows`` instead of ``records`` (which is then empty): the
+    child reader builds them for a store with ``upsert_encoded``."""
+
+    def size(self) -> int:
+        """The good lines."""
+        return len(self.encoded.ids) if self.encoded is not None else len(self.records)
 
 
 def _moment(value: datetime | None, what: str) -> datetime | None:

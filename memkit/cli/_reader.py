@@ -10,6 +10,7 @@ memory, both ends). It checks at most ``_AHEAD_PARTS`` parts ahead of the writes
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import queue
@@ -24,6 +25,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Final, NamedTuple
 
 import anyio.to_thread
+import msgspec
 import numpy as np
 
 from memkit._validation import _shared_scope
@@ -31,8 +33,12 @@ from memkit.backend import Record
 from memkit.cli._lines import BATCH, Parsed, joined, read_lines
 from memkit.cli._output import CliError, ExitCode
 from memkit.layers.longterm import Memory
+from memkit.text import tokenize
 
 __all__ = ["CHILD_FROM_BYTES", "ChildReader", "child_reader", "use_child"]
+
+_encode_fields = msgspec.json.Encoder().encode
+_decode_fields = msgspec.json.Decoder(dict[str, str | int | float | bool | tuple[str, ...]]).decode
 
 CHILD_FROM_BYTES = 8_000_000
 """A file with less left to read than this is checked in this process: starting a child (an interpreter
@@ -53,9 +59,13 @@ class _Columns(NamedTuple):
     bodies: list[bytes]
     texts: list[str | None]
     vectors: np.ndarray | None
-    numbers: list[tuple[float, float, float | None, int, float | None]]
-    """importance, timestamp, expires_at, access_count, last_accessed"""
-    fields: list[dict[str, Any]]
+    numbers: list[tuple[float, float, float | None]]
+    """importance, timestamp, expires_at (the counters of a record built by ``to_record`` are 0 and None)"""
+    fields: list[bytes]
+    """JSON: a dict per record pickled at ~2 us, and a SQLite store writes them as JSON anyway."""
+    tokens: list[str | None] | None
+    """Each text's tokens joined by spaces, when the store takes them (``upsert_encoded``: SQLite): tokenizing
+    here, on the child's core, takes it off the writing process's."""
 
 
 class _Batch(NamedTuple):
@@ -67,39 +77,52 @@ class _Batch(NamedTuple):
     line: int
 
 
-def _to_columns(records: list[Record | None]) -> _Columns:
-    built = [(at, r) for at, r in enumerate(records) if r is not None]
+def _to_columns(records: list[Record | None], *, tokens: bool) -> _Columns:
+    built = [r for r in records if r is not None]
     return _Columns(
-        [at for at, _ in built], [r.id for _, r in built],
-        [(r.scope.user_id, r.scope.agent_id, r.scope.session_id) for _, r in built], [r.body for _, r in built],
-        [r.text for _, r in built], np.stack([r.vector for _, r in built]) if built else None,
-        [(r.importance, r.timestamp, r.expires_at, r.access_count, r.last_accessed) for _, r in built],
-        [r.fields for _, r in built],
+        [at for at, r in enumerate(records) if r is not None], [r.id for r in built],
+        [(r.scope.user_id, r.scope.agent_id, r.scope.session_id) for r in built], [r.body for r in built],
+        [r.text for r in built], np.stack([r.vector for r in built]) if built else None,
+        [(r.importance, r.timestamp, r.expires_at) for r in built], [_encode_fields(r.fields) for r in built],
+        [" ".join(tokenize(r.text)) if r.text else None for r in built] if tokens else None,
     )  # fmt: skip
 
 
 def _from_columns(columns: _Columns, size: int) -> list[Record | None]:
     records: list[Record | None] = [None] * size
     for i, at in enumerate(columns.at):
-        scope = _shared_scope(*columns.scopes[i])
-        importance, timestamp, expires_at, access_count, last_accessed = columns.numbers[i]
-        records[at] = Record(id=columns.ids[i], scope=scope, body=columns.bodies[i], text=columns.texts[i],
-                             vector=columns.vectors[i] if columns.vectors is not None else None,
+        importance, timestamp, expires_at = columns.numbers[i]
+        records[at] = Record(id=columns.ids[i], scope=_shared_scope(*columns.scopes[i]), body=columns.bodies[i],
+                             text=columns.texts[i], vector=columns.vectors[i] if columns.vectors is not None else None,
                              importance=importance, timestamp=timestamp, expires_at=expires_at,
-                             fields=columns.fields[i], access_count=access_count,
-                             last_accessed=last_accessed)  # fmt: skip
+                             fields=_decode_fields(columns.fields[i]))  # fmt: skip
     return records
+
+
+def _joined_columns(parts: list[_Columns]) -> _Columns:
+    """Consecutive parts' columns as one; ``at`` is left empty: joined columns are written encoded, which
+    only a batch whose every record was built is."""
+
+    def cat(name: str) -> list[Any]:
+        return [value for part in parts for value in getattr(part, name)]
+
+    vectors = [part.vectors for part in parts if part.vectors is not None]
+    return _Columns(at=[], ids=cat("ids"), scopes=cat("scopes"), bodies=cat("bodies"), texts=cat("texts"),
+                    vectors=np.concatenate(vectors) if vectors else None, numbers=cat("numbers"),
+                    fields=cat("fields"), tokens=cat("tokens"))  # fmt: skip
 
 
 def _child(path: str, offset: int, line: int, options: dict[str, Any], send: Connection) -> None:
     """The child's work: every batch from ``offset`` to the end of the file, then an empty one (or the error)."""
+    reading = {name: value for name, value in options.items() if name != "tokens"}
+    tokens = bool(options.get("tokens"))
     try:
         with open(path, "rb") as handle:
             handle.seek(offset)
             while True:
-                parsed = read_lines(handle, line, **options)
-                send.send(_Batch(_to_columns(parsed.records), len(parsed.records), parsed.unembedded, parsed.bad,
-                                 parsed.offset, parsed.line))  # fmt: skip
+                parsed = read_lines(handle, line, **reading)
+                send.send(_Batch(_to_columns(parsed.records, tokens=tokens), len(parsed.records), parsed.unembedded,
+                                 parsed.bad, parsed.offset, parsed.line))  # fmt: skip
                 if not parsed.records and not parsed.bad:
                     return
                 line = parsed.line
@@ -196,9 +219,9 @@ class ChildReader:
                     items.append(self._parts.get_nowait())
                 except queue.Empty:
                     break
-            good = [_parsed(item) for item in items if isinstance(item, _Batch) and _lines(item)]
+            good = [item for item in items if isinstance(item, _Batch) and _lines(item)]
             if good:
-                yield joined(good)
+                yield self._joined(good)
             last = items[-1]
             if isinstance(last, _Batch):
                 if not _lines(last):
@@ -207,6 +230,16 @@ class ChildReader:
             raise CliError(f"reading the file failed: {last or 'the reading process stopped'}",
                            "run the import again: it continues after the last batch written",
                            ExitCode.FAILED)  # fmt: skip
+
+    def _joined(self, parts: list[_Batch]) -> Parsed:
+        """The parts as one ``Parsed``: encoded rows for a store that takes them (when every line of the parts
+        had its vector), else records."""
+        if not self.options.get("tokens") or any(part.unembedded for part in parts):
+            return joined([_parsed(part) for part in parts])
+        bad = [line for part in parts for line in part.bad]
+        columns = _joined_columns([part.columns for part in parts])
+        encoded = None if columns.vectors is None else _encoded(columns)
+        return Parsed([], {}, bad, parts[-1].offset, parts[-1].line, encoded=encoded)
 
     async def aclose(self) -> None:
         self._closing.set()
@@ -230,6 +263,15 @@ def _lines(item: _Batch | str | None) -> int:
     return item.size + len(item.bad) if isinstance(item, _Batch) else 0
 
 
+def _encoded(columns: _Columns) -> Any:
+    from memkit_backends.sqlite import EncodedRows  # only an import into SQLite asks for tokens
+
+    if columns.vectors is None or columns.tokens is None:  # _joined asks only when both are there
+        raise RuntimeError("encoded rows need every record's vector and tokens")
+    return EncodedRows(columns.ids, columns.scopes, columns.bodies, columns.texts, columns.vectors,
+                       columns.numbers, columns.fields, columns.tokens)  # fmt: skip
+
+
 def _parsed(batch: _Batch) -> Parsed:
     return Parsed(_from_columns(batch.columns, batch.size), batch.unembedded, batch.bad, batch.offset, batch.line)
 
@@ -248,6 +290,9 @@ if __name__ == "__main__":
     # ^C reaches the whole process group: the parent reports it and ends this process; a traceback of
     # its own here would only garble the parent's progress bar.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Checking lines makes no cycles (what it builds is freed as it is sent), so the cycle collector only
+    # walked this process's objects for nothing: 4-8% of its time.
+    gc.disable()
     # This module's own names, not __main__'s: what the child pickles must unpickle in the parent.
     from memkit.cli import _reader  # noqa: PLW0406 - see above
 

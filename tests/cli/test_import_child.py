@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memkit.cli._import import child_options
+from memkit.cli._import import _sqlite, child_options
 from memkit.cli._jsonl import encode_vector
 from memkit.cli._lines import EMBEDDED_BATCH, joined, read_header, read_lines
 from memkit.cli._output import CliError, ExitCode
@@ -122,12 +122,15 @@ async def test_the_child_started_before_the_store_opens_is_the_one_a_sqlite_stor
     from memkit.layers.longterm import LongTermConfig
 
     identity = ("hashing-v1-384", 384)
-    guess = child_options(identity, LongTermConfig().max_content_chars, server=False, reembed=False)
-    async with Memkit(sqlite_url(tmp_path / "x.db"), embedder="hashing") as mem:
+    url = sqlite_url(tmp_path / "x.db")
+    guess = child_options(identity, LongTermConfig().max_content_chars, server=False, reembed=False,
+                          encoded=_sqlite(url))  # fmt: skip
+    async with Memkit(url, embedder="hashing") as mem:
         store = (mem.embedder.model_id, mem.embedder.dim)
         max_chars = mem.long_term.config.max_content_chars
-        kept = child_options(identity, max_chars, server=False, reembed=False, store=store)
-    assert store == identity and kept == guess and guess["use_vectors"]
+        kept = child_options(identity, max_chars, server=False, reembed=False, store=store,
+                             encoded=hasattr(mem.backend, "upsert_encoded"))  # fmt: skip
+    assert store == identity and kept == guess and guess["use_vectors"] and guess["tokens"]
     other = child_options(("another-model", 384), max_chars, server=False, reembed=False, store=store)
     guessed_other = child_options(("another-model", 384), LongTermConfig().max_content_chars, server=False,
                                   reembed=False)  # fmt: skip
@@ -148,3 +151,28 @@ async def test_leaving_after_one_batch_ends_the_child_and_the_receiving_thread(t
         assert len(first.records) + len(first.bad) <= 2_000
     assert reader._child.returncode is not None
     assert not [t for t in threading.enumerate() if t.name == "memkit-import-receiver"]
+
+
+def test_a_file_whose_every_line_has_its_vector_is_written_as_encoded_rows(tmp_path: Path) -> None:
+    """No line to embed: the child sends encoded rows and tokens, written as they are (``upsert_encoded``);
+    the store then finds the memories by their words and vectors, as after any import."""
+    import sqlite3
+
+    n = 4_500
+    rng = np.random.default_rng(9)
+    path = tmp_path / "all.jsonl"
+    lines = [{"memkit_export": 1, "model_id": "hashing-v1-384", "dim": 384}]
+    for i in range(n):
+        vector = rng.standard_normal(384).astype(np.float32)
+        topic = "jasmine" if i == 4321 else "tea"
+        lines.append({"content": f"note {i} about {topic} " + "x" * 600, "user_id": f"user-{i % 7}",
+                      "vector": encode_vector(vector / np.linalg.norm(vector))})  # fmt: skip
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert path.stat().st_size >= CHILD_FROM_BYTES
+    url = sqlite_url(tmp_path / "x.db")
+    summary = ok_json("import", str(path), "--url", url, "--embedder", "hashing")
+    assert summary["imported"] == n and summary["embedded"] == 0 and summary["bad"] == []
+    with sqlite3.connect(tmp_path / "x.db") as conn:
+        assert conn.execute("SELECT count(*) FROM memkit_tokens").fetchone() == (n,)
+    found = ok_json("recall", "jasmine", "--user-id", f"user-{4321 % 7}", "--url", url, "--embedder", "hashing")
+    assert found["hits"][0]["memory"]["content"].startswith("note 4321 about jasmine")

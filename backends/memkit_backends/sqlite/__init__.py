@@ -7,5 +7,6 @@ Any other option is refused.
 """
 
 from memkit_backends.sqlite._backend import SQLiteBackend
+from memkit_backends.sqlite._bulk import EncodedRows
 
-__all__ = ["SQLiteBackend"]
+__all__ = ["EncodedRows", "SQLiteBackend"]

@@ -12,7 +12,7 @@ import math
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Final, NamedTuple, TypeVar
+from typing import Final, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -40,7 +40,16 @@ from memkit_backends._embedded.nearest import nearest, nearest_many
 from memkit_backends._embedded.offload import offloaded
 from memkit_backends._embedded.options import DTYPE_OPTION, storage_dtype
 from memkit_backends._embedded.priority import QueriesLast
-from memkit_backends.sqlite._cache import DELETIONS_KEPT, RecordCache, file_dim, log_deletions, prune_deletions
+from memkit_backends.sqlite._bulk import (
+    EncodedRows,
+    Written,
+    encoded_params,
+    insert_rows,
+    records_of,
+    stored_dim,
+    unique_rows,
+)
+from memkit_backends.sqlite._cache import DELETIONS_KEPT, RecordCache, log_deletions, prune_deletions
 from memkit_backends.sqlite._checkpoint import Checkpointer
 from memkit_backends.sqlite._codec import record_params
 from memkit_backends.sqlite._connect import connect, driver_error, next_seqs, transaction
@@ -60,19 +69,6 @@ _Apply = Callable[[], object]
 
 def _NOTHING() -> None:
     """The arrays' part of a write to a collection that is not loaded."""
-
-
-class _Written(NamedTuple):
-    tokens: dict[str, list[str]]
-    """Each written text's tokens, by record id."""
-    counters: dict[str, tuple[int, float | None]]
-    """Access counters of rewritten rows the cache had skipped as undecodable, by record id."""
-
-
-def _stored_dim(conn: sqlite3.Connection, name: str, cache: ColumnarCollection | None) -> int | None:
-    """The collection's vector dimension: the loaded arrays', else the file's (which another process may
-    have set since the arrays were loaded without one: setting it is no change the cache catches up on)."""
-    return cache.dim if cache is not None and cache.dim is not None else file_dim(conn, name)
 
 
 class SQLiteBackend(SQLiteKeyValue, Backend):
@@ -220,7 +216,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         def write(conn: sqlite3.Connection) -> None:
             def work(cache: ColumnarCollection | None) -> _Apply:
                 if dim is not None:
-                    ColumnarCollection.require_dim(name, _stored_dim(conn, name, cache), dim)
+                    ColumnarCollection.require_dim(name, stored_dim(conn, name, cache), dim)
                 conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (name, dim))
                 if dim is not None:
                     conn.execute("UPDATE memkit_collections SET dim = ? WHERE name = ? AND dim IS NULL", (dim, name))
@@ -245,6 +241,31 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
 
         await self._run(write)
 
+    async def upsert_encoded(self, collection: str, rows: EncodedRows) -> None:
+        """``upsert`` of the records ``rows`` stands for, encoded by their producer (``memkit import``'s reading
+        process); see ``EncodedRows`` for what it must hold. A collection this process holds in arrays takes
+        them as records, so the arrays stay in step."""
+        rows = unique_rows(rows)
+        if not rows.ids:
+            return
+
+        def write(conn: sqlite3.Connection) -> None:
+            def work(cache: ColumnarCollection | None) -> _Apply:
+                if cache is not None:
+                    records = records_of(rows)
+                    written = self._write_records(conn, collection, cache, records)
+                    return lambda: self._cache_upsert(collection, cache, records, written)
+                dim = stored_dim(conn, collection, None) or int(rows.vectors.shape[1])
+                first = next_seqs(conn, len(rows.ids))
+                params = encoded_params(collection, rows, dim, first)
+                tokens = dict(zip(rows.ids, rows.tokens, strict=True))
+                insert_rows(conn, collection, params, first_seq=first, tokens=tokens, dim=dim)
+                return _NOTHING
+
+            self._write_unloaded(conn, collection, work)
+
+        await self._run(write)
+
     async def replace(self, collection: str, record: Record, expected_body: bytes | None) -> bool:
         verdicts: list[str] = []
 
@@ -264,7 +285,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         return verdicts[0] != "refuse"
 
     def _cache_upsert(self, collection: str, cache: ColumnarCollection, records: Sequence[Record],
-                      written: _Written) -> None:  # fmt: skip
+                      written: Written) -> None:  # fmt: skip
         # Checked by _write_records, against this cache's dimension.
         repaired = written.counters
         if repaired:  # rows the cache skipped as undecodable: their counters are the file's
@@ -280,39 +301,19 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
 
     def _write_records(
         self, conn: sqlite3.Connection, collection: str, cache: ColumnarCollection | None, records: Sequence[Record]
-    ) -> _Written:
+    ) -> Written:
         """Writes the rows and their texts' tokens; returns the tokens by id, for the cache (a text
         tokenized twice was a sixth of an import), and the counters of rows the cache could not decode.
         ``cache``: None when the collection is not loaded. A record rewritten over a row keeps the row's
         counters if they can be read (the ON CONFLICT clause resets those that cannot), whether or not the
         rest of the row could: one rule, loaded or not."""
         # Refuses NaN fields and dimension mismatches before any SQL.
-        dim = dim_after(records, _stored_dim(conn, collection, cache))
+        dim = dim_after(records, stored_dim(conn, collection, cache))
         first = next_seqs(conn, len(records))
-        conn.executemany(
-            "INSERT INTO memkit_records (collection, id, user_id, agent_id, session_id, body, text, vector, "
-            "importance, timestamp, expires_at, fields, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
-            "ON CONFLICT (collection, id) DO UPDATE SET user_id = excluded.user_id, "
-            "agent_id = excluded.agent_id, session_id = excluded.session_id, body = excluded.body, "
-            "text = excluded.text, vector = excluded.vector, importance = excluded.importance, "
-            "timestamp = excluded.timestamp, expires_at = excluded.expires_at, fields = excluded.fields, "
-            "seq = excluded.seq, "
-            "access_count = CASE WHEN typeof(access_count) = 'integer' THEN access_count ELSE 0 END, "
-            "last_accessed = CASE WHEN typeof(last_accessed) IN ('integer', 'real') THEN last_accessed END",
-            [record_params(collection, record, first + i) for i, record in enumerate(records)],
-        )
-        # ``+collection``: by the change numbers' index, not the scope index (every row of the collection).
-        rowids = dict(conn.execute("SELECT id, rowid FROM memkit_records WHERE seq >= ? AND +collection = ?",
-                                   (first, collection)))  # fmt: skip
         tokens = {record.id: tokenize(record.text) for record in records if record.text}
-        # A rewrite keeps its rowid: its old tokens are replaced, or deleted when it no longer has text.
-        conn.executemany("INSERT OR REPLACE INTO memkit_tokens (record, collection, id, tokens) VALUES (?, ?, ?, ?)",
-                         [(rowids[record_id], collection, record_id, " ".join(words))
-                          for record_id, words in tokens.items()])  # fmt: skip
-        conn.executemany("DELETE FROM memkit_tokens WHERE record = ?",
-                         [(rowids[r.id],) for r in records if r.id not in tokens])  # fmt: skip
-        conn.execute("INSERT OR IGNORE INTO memkit_collections (name, dim) VALUES (?, ?)", (collection, dim))
-        conn.execute("UPDATE memkit_collections SET dim = ? WHERE name = ? AND dim IS NULL", (dim, collection))
+        joined = {r.id: " ".join(tokens[r.id]) if r.id in tokens else None for r in records}
+        params = [record_params(collection, record, first + i) for i, record in enumerate(records)]
+        rowids = insert_rows(conn, collection, params, first_seq=first, tokens=joined, dim=dim)
         bad = sorted(self.undecodable.get(collection, set()).intersection(rowids)) if cache is not None else []
         counters: dict[str, tuple[int, float | None]] = {}
         for start in range(0, len(bad), 500):  # SQLite's limit on bound parameters
@@ -320,7 +321,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             counters.update((record_id, (count, last)) for record_id, count, last in conn.execute(
                 "SELECT id, access_count, last_accessed FROM memkit_records WHERE collection = ? AND id IN "
                 f"({','.join('?' * len(chunk))})", (collection, *chunk)))  # fmt: skip
-        return _Written(tokens, counters)
+        return Written(tokens, counters)
 
     async def touch(self, collection: str, counts: Mapping[str, int], at: float) -> None:
         if not counts:
