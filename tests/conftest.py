@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -34,11 +36,18 @@ def local_embedder() -> AsyncIterator[object]:
 
 
 @pytest.fixture(scope="session")
-def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def postgres_url() -> Iterator[str]:
     from memkit.testing.servers import postgres_server
 
-    with postgres_server(tmp_path_factory.mktemp("postgres")) as url:
-        yield url
+    # Not under pytest's temporary folder: run as root, the server runs as a user of its own, and any other
+    # pytest session starting on the machine makes that folder 0700 again: the server lost its data
+    # directory mid-run ("could not open pg_control: Permission denied") and every later test failed.
+    folder = Path(tempfile.mkdtemp(prefix="memkit-test-postgres-"))
+    try:
+        with postgres_server(folder) as url:
+            yield url
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
