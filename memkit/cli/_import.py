@@ -136,11 +136,12 @@ async def _run(args: argparse.Namespace, handle: IO[bytes], line: int, *, header
                                use_vectors=True, size=BATCH)  # fmt: skip
     # Checked by a child process, started before the store opens, when its options prove to be the ones
     # the store calls for (an embedded store whose model is the file's: the common case); else by this one.
+    scheme = _scheme(args.url)
     guess = child_options(identity, LongTermConfig().max_content_chars, server=False, reembed=args.reembed,
-                          encoded=_sqlite(args.url))  # fmt: skip
+                          encoded=scheme == "sqlite")  # fmt: skip
     async with AsyncExitStack() as stack:
         reader = None
-        if use_child(_left(handle)):
+        if use_child(_left(handle)) and scheme in _EMBEDDED:  # a server's lines are checked here, beside its writes
             reader = await stack.enter_async_context(child_reader(handle.name, handle.tell(), line, guess))
         mem = await stack.enter_async_context(open_store(args.url, embedder=args.embedder, create=True,
                                                          hint=identity))  # fmt: skip
@@ -186,15 +187,20 @@ def child_options(identity: tuple[str, int] | None, max_chars: int, *, server: b
             "tokens": encoded and use_vectors}  # fmt: skip
 
 
-def _sqlite(url: str | None) -> bool:
-    """Whether the import's URL is a SQLite file's (guessed before the store opens)."""
+_EMBEDDED = ("sqlite", "memory")
+"""Schemes whose writes run in this process: only their imports start a child reader (a server's import
+started one and dropped it once the store opened, ~0.5 s of the other core's time for nothing)."""
+
+
+def _scheme(url: str | None) -> str | None:
+    """The import's URL scheme, read before the store opens (None for a URL the opening will refuse)."""
     from memkit._url import StorageURL
     from memkit.cli._store import resolve_url
 
     try:
-        return StorageURL(resolve_url(url)).scheme == "sqlite"
+        return StorageURL(resolve_url(url)).scheme
     except Exception:  # the store's opening reports a bad URL, with its advice
-        return False
+        return None
 
 
 def _left(handle: IO[bytes]) -> int:

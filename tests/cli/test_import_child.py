@@ -11,12 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memkit.cli._import import _sqlite, child_options
+from memkit.cli._import import _scheme, child_options
 from memkit.cli._jsonl import encode_vector
 from memkit.cli._lines import EMBEDDED_BATCH, joined, read_header, read_lines
 from memkit.cli._output import CliError, ExitCode
 from memkit.cli._reader import CHILD_FROM_BYTES, child_reader
 from tests.cli._run import memkit, ok_json, sqlite_url
+from tests.conftest import fresh_redis_url
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -124,7 +125,7 @@ async def test_the_child_started_before_the_store_opens_is_the_one_a_sqlite_stor
     identity = ("hashing-v1-384", 384)
     url = sqlite_url(tmp_path / "x.db")
     guess = child_options(identity, LongTermConfig().max_content_chars, server=False, reembed=False,
-                          encoded=_sqlite(url))  # fmt: skip
+                          encoded=_scheme(url) == "sqlite")  # fmt: skip
     async with Memkit(url, embedder="hashing") as mem:
         store = (mem.embedder.model_id, mem.embedder.dim)
         max_chars = mem.long_term.config.max_content_chars
@@ -176,3 +177,22 @@ def test_a_file_whose_every_line_has_its_vector_is_written_as_encoded_rows(tmp_p
         assert conn.execute("SELECT count(*) FROM memkit_tokens").fetchone() == (n,)
     found = ok_json("recall", "jasmine", "--user-id", f"user-{4321 % 7}", "--url", url, "--embedder", "hashing")
     assert found["hits"][0]["memory"]["content"].startswith("note 4321 about jasmine")
+
+
+def test_an_import_into_a_server_starts_no_child(
+    tmp_path: Path, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server's writes wait on the network, so its lines are checked in the command beside them: a child
+    started for it would only be dropped once the store opened."""
+    import memkit.cli._import as importing
+    from memkit.cli import main
+
+    def no_child(*args: Any) -> Any:
+        raise AssertionError("a child reader was started for a server's import")
+
+    monkeypatch.setattr(importing, "child_reader", no_child)
+    path = _file(tmp_path / "long.jsonl", 4_500, model="hashing-v1-384", dim=384)
+    assert path.stat().st_size >= CHILD_FROM_BYTES
+    url = fresh_redis_url(redis_url)
+    code = main(["import", str(path), "--url", url, "--embedder", "hashing", "--json", "--no-progress"])
+    assert code == ExitCode.BAD_INPUT  # its flawed lines skipped; the rest imported (checked above for SQLite)
