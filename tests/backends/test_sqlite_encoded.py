@@ -80,12 +80,18 @@ async def test_encoded_rows_are_written_as_upsert_writes_their_records(tmp_path:
     assert len(tokens_b) == sum(1 for r in rows_b if r[6])  # the text-less have none
 
 
-async def test_the_last_of_an_id_wins_as_in_upsert(tmp_path: Path) -> None:
-    first, last = _records(1)[0], msgspec.structs.replace(_records(1)[0], text="the later one", body=b"{}")
-    async with _backend(tmp_path / "x.db") as backend:
-        await backend.upsert_encoded("mem", encoded_of([first, last]))
-        [got] = await backend.get("mem", ["r0"])
+async def test_the_last_of_an_id_wins_where_its_first_was_as_in_upsert(tmp_path: Path) -> None:
+    r0, r1, r2 = _records(3)
+    batch = [r0, r1, msgspec.structs.replace(r0, text="the later one", body=b"{}"), r2]
+    async with _backend(tmp_path / "a.db") as a, _backend(tmp_path / "b.db") as b:
+        await a.upsert("mem", batch)
+        await b.upsert_encoded("mem", encoded_of(batch))
+        [got] = await b.get("mem", ["r0"])
     assert got.text == "the later one" and got.body == b"{}"
+    order = "SELECT rowid, id, seq FROM memkit_records ORDER BY rowid"
+    with sqlite3.connect(tmp_path / "a.db") as one, sqlite3.connect(tmp_path / "b.db") as other:
+        assert one.execute(order).fetchall() == other.execute(order).fetchall() == [(1, "r0", 1), (2, "r1", 2),
+                                                                                     (3, "r2", 3)]  # fmt: skip
 
 
 async def test_a_collection_held_in_arrays_sees_the_rows_and_a_reopened_file_finds_their_words(tmp_path: Path) -> None:
@@ -103,23 +109,41 @@ async def test_a_collection_held_in_arrays_sees_the_rows_and_a_reopened_file_fin
         assert hits[0].record.id == "r37" and hits[0].scores.lexical > 0  # its tokens, read from the file
 
 
-@pytest.mark.parametrize("flaw", ["dim", "nan", "lengths", "importance"])
-async def test_a_bad_batch_writes_nothing(tmp_path: Path, flaw: str) -> None:
+def _flawed(batch: EncodedRows, flaw: str) -> EncodedRows:
+    """The batch with one flaw ``upsert`` would refuse in its records (or that would write an unreadable row)."""
+    vectors = batch.vectors.copy()
+    vectors[7, 3] = np.nan
+    return {
+        "dim": lambda: batch._replace(vectors=np.ones((10, DIM + 1), np.float32)),
+        "nan": lambda: batch._replace(vectors=vectors),
+        "float64": lambda: batch._replace(vectors=batch.vectors.astype(np.float64)),
+        "lengths": lambda: batch._replace(texts=batch.texts[:-1]),
+        "longer with a repeated id": lambda: batch._replace(
+            ids=["r20", *batch.ids[1:-1], "r20"], texts=[*batch.texts, "one more"]
+        ),
+        "importance": lambda: batch._replace(numbers=[(float("nan"), 1.0, None), *batch.numbers[1:]]),
+        "not a number": lambda: batch._replace(numbers=[("high", 1.0, None), *batch.numbers[1:]]),
+        "a number as text": lambda: batch._replace(numbers=[("0.5", 1.0, None), *batch.numbers[1:]]),
+        "id": lambda: batch._replace(ids=[123, *batch.ids[1:]]),
+        "fields": lambda: batch._replace(fields=[b"not json", *batch.fields[1:]]),
+        "infinite field": lambda: batch._replace(fields=[b'{"x":1e999}', *batch.fields[1:]]),
+        "tokens without text": lambda: batch._replace(texts=[None, *batch.texts[1:]]),
+        "text without tokens": lambda: batch._replace(tokens=[None, *batch.tokens[1:]]),
+    }[flaw]()
+
+
+@pytest.mark.parametrize("loaded", [False, True], ids=["file only", "arrays loaded"])
+@pytest.mark.parametrize("flaw", ["dim", "nan", "float64", "lengths", "longer with a repeated id", "importance",
+                                  "not a number", "a number as text", "id", "fields", "infinite field",
+                                  "tokens without text", "text without tokens"])  # fmt: skip
+async def test_a_bad_batch_writes_nothing(tmp_path: Path, flaw: str, loaded: bool) -> None:
     good = _records(20)
-    batch = encoded_of(_records(10, start=20))
-    if flaw == "dim":
-        batch = batch._replace(vectors=np.ones((10, DIM + 1), np.float32))
-    elif flaw == "nan":
-        vectors = batch.vectors.copy()
-        vectors[7, 3] = np.nan
-        batch = batch._replace(vectors=vectors)
-    elif flaw == "lengths":
-        batch = batch._replace(texts=batch.texts[:-1])
-    else:
-        batch = batch._replace(numbers=[(float("nan"), 1.0, None), *batch.numbers[1:]])
+    batch = _flawed(encoded_of(_records(10, start=20)), flaw)
     error = DimensionMismatchError if flaw == "dim" else ValidationError
     async with _backend(tmp_path / "x.db") as backend:
         await backend.upsert("mem", good)
+        if loaded:
+            await backend.get("mem", ["r1"])
         with pytest.raises(error):
             await backend.upsert_encoded("mem", batch)
         assert await backend.count("mem", Scope(user_id="u1")) == sum(1 for r in good if r.scope.user_id == "u1")

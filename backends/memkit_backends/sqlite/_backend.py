@@ -43,6 +43,7 @@ from memkit_backends._embedded.priority import QueriesLast
 from memkit_backends.sqlite._bulk import (
     EncodedRows,
     Written,
+    check_encoded,
     encoded_params,
     insert_rows,
     records_of,
@@ -243,28 +244,29 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
 
     async def upsert_encoded(self, collection: str, rows: EncodedRows) -> None:
         """``upsert`` of the records ``rows`` stands for, encoded by their producer (``memkit import``'s reading
-        process); see ``EncodedRows`` for what it must hold. A collection this process holds in arrays takes
-        them as records, so the arrays stay in step."""
-        rows = unique_rows(rows)
-        if not rows.ids:
-            return
+        process): checked as ``upsert`` checks records, then written with its statement. A collection this
+        process holds in arrays takes them as records, so the arrays stay in step."""
 
         def write(conn: sqlite3.Connection) -> None:
             def work(cache: ColumnarCollection | None) -> _Apply:
+                dim = stored_dim(conn, collection, cache)
+                check_encoded(rows, dim)  # before any SQL: a refused batch writes nothing
+                unique = unique_rows(rows)
                 if cache is not None:
-                    records = records_of(rows)
+                    records = records_of(unique)
                     written = self._write_records(conn, collection, cache, records)
                     return lambda: self._cache_upsert(collection, cache, records, written)
-                dim = stored_dim(conn, collection, None) or int(rows.vectors.shape[1])
-                first = next_seqs(conn, len(rows.ids))
-                params = encoded_params(collection, rows, dim, first)
-                tokens = dict(zip(rows.ids, rows.tokens, strict=True))
-                insert_rows(conn, collection, params, first_seq=first, tokens=tokens, dim=dim)
+                first = next_seqs(conn, len(unique.ids))
+                tokens = dict(zip(unique.ids, unique.tokens, strict=True))
+                dim = dim or int(unique.vectors.shape[1])
+                insert_rows(conn, collection, encoded_params(collection, unique, first), first_seq=first,
+                            tokens=tokens, dim=dim)  # fmt: skip
                 return _NOTHING
 
             self._write_unloaded(conn, collection, work)
 
-        await self._run(write)
+        if rows.ids:
+            await self._run(write)
 
     async def replace(self, collection: str, record: Record, expected_body: bytes | None) -> bool:
         verdicts: list[str] = []
