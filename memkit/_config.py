@@ -38,7 +38,7 @@ from memkit._config_values import (
 )
 from memkit._repr import short_repr
 from memkit._url import SECRET_OPTIONS, StorageURL
-from memkit.embedders import CachedEmbedder, Embedder, HashingEmbedder, LocalEmbedder, OpenAICompatibleEmbedder
+from memkit.embedders import CachedEmbedder, Embedder, HashingEmbedder, LocalEmbedder
 from memkit.errors import ConfigurationError, ValidationError
 from memkit.layers.checkpoints import CheckpointConfig
 from memkit.layers.episodic import EpisodicConfig
@@ -343,6 +343,8 @@ def _build_embedder(spec: tuple[_EmbedderTable, Where] | None, owned: list[_Clos
             return HashingEmbedder(table.dim)
         if table.provider != "openai":
             return table.provider
+        from memkit.embedders._openai import OpenAICompatibleEmbedder  # httpx with it: only its users pay
+
         client = OpenAICompatibleEmbedder(
             os.environ.get("MEMKIT_EMBED_MODEL") or table.model,
             base_url=os.environ.get("MEMKIT_EMBED_BASE_URL") or table.base_url,

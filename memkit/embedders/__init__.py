@@ -31,3 +31,7 @@ def __getattr__(name: str) -> Any:
 
         return OpenAICompatibleEmbedder
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))  # the lazy name too (completion, help())

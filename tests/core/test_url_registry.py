@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,18 @@ def test_import_memkit_is_light() -> None:
     code = f"import sys, memkit; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_store_without_a_remote_model_never_imports_httpx(tmp_path: Path) -> None:
+    """httpx is for the OpenAI-compatible embedder and chat clients: opening a local store (what every CLI
+    command and ``memkit import``'s checking process do) leaves it unloaded."""
+    code = (
+        "import sys, anyio, memkit, memkit.cli._reader\n"
+        "async def main():\n"
+        f"    async with memkit.Memkit('sqlite:///{tmp_path / 'x.db'}', embedder='hashing') as mem:\n"
+        "        await mem.long_term.store('tea at five', user_id='ada')\n"
+        "anyio.run(main)\n"
+        "print('httpx' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
