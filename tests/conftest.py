@@ -50,6 +50,16 @@ def postgres_url() -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.fixture
+def server_folder() -> Iterator[Path]:
+    """A folder for a test's own Postgres, outside pytest's temporary folder (see ``postgres_url``)."""
+    folder = Path(tempfile.mkdtemp(prefix="memkit-test-server-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from memkit.testing.servers import redis_server

@@ -46,9 +46,9 @@ def private_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]
 
 
 @pytest.fixture
-def private_postgres(tmp_path: Path) -> Iterator[Any]:
-    tmp_path.chmod(0o777)  # the embedded server may run as a user of its own
-    server = start_postgres(tmp_path / "pg")
+def private_postgres(server_folder: Path) -> Iterator[Any]:
+    server_folder.chmod(0o777)  # the embedded server may run as a user of its own
+    server = start_postgres(server_folder / "pg")
     try:
         yield server
     finally:
