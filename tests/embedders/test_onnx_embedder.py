@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memkit.embedders import LocalEmbedder
+from memkit.embedders import LocalEmbedder, _onnx
 from memkit.embedders._onnx import _write_atomic, cache_dir
 from memkit.errors import ConfigurationError, MissingDependencyError
 
@@ -81,6 +81,40 @@ async def test_a_batch_embeds_each_text_as_it_would_alone(onnx: LocalEmbedder) -
     together = await onnx.embed(TEXTS)  # sorted by length and padded: padding must not leak into a vector
     alone = np.concatenate([await onnx.embed([text]) for text in TEXTS])
     assert np.allclose(together, alone, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_one_padded_call_gives_the_same_vectors(onnx: LocalEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    split = await onnx.embed(TEXTS)
+    monkeypatch.setattr(_onnx, "_CALL_COST_IN_TOKENS", 10**9)  # every text in as few calls as the caps allow
+    together = await onnx.embed(TEXTS)
+    assert np.allclose(split, together, atol=1e-5)
+
+
+class CountingSession:
+    """The real ONNX session, counting the tokens it was given (padding included) and its calls."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner, self.tokens, self.calls = inner, 0, 0
+
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray]) -> object:
+        self.tokens += feeds["input_ids"].size
+        self.calls += 1
+        return self.inner.run(outputs, feeds)  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_a_few_long_texts_do_not_pad_the_short_ones(onnx: LocalEmbedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = [LONG, "Tell me about my sister's birthday dinner plans. " * 4] + [f"short note {i}" for i in range(20)]
+    encoder = onnx._encoder
+    counting = CountingSession(encoder._session)  # type: ignore[union-attr]
+    monkeypatch.setattr(encoder, "_session", counting)
+    await onnx.embed(texts)
+    pieces = sum(min(onnx.count_tokens(t), onnx.max_tokens) for t in texts)
+    assert counting.tokens <= 1.2 * pieces  # one call padded every text to the window: 22 x 256 = 5,632
+    assert counting.calls <= 4
 
 
 @pytest.mark.slow
