@@ -1,8 +1,9 @@
 """The ``memkit`` command (also ``python -m memkit``): look inside a store, move memories in and out of it,
 serve it to MCP clients, run the demo and the benchmarks.
 
-Every store command takes ``--url`` (default ``$MEMKIT_URL``, else ``sqlite:///memkit.db``), ``--json``
-(output for scripts) and ``--debug`` (the full traceback of an error). Errors are one or two lines; the
+Every store command takes ``--url`` (default: what ``Memkit()`` opens: ``$MEMKIT_URL``, the config file's
+``url``, else ``sqlite:///memkit.db``), ``--json`` (output for scripts) and ``--debug`` (the full traceback
+of an error). Errors are one or two lines; the
 exit codes are listed in ``memkit/cli/_output.py``. Only what a command needs is imported when it runs, so
 ``memkit --help`` is quick and the MCP SDK loads for ``memkit mcp`` alone.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 __all__ = ["main"]
 
-_URL_HELP = "storage URL (default: $MEMKIT_URL, else sqlite:///memkit.db)"
+_URL_HELP = "storage URL (default: $MEMKIT_URL, else memkit.toml's url, else sqlite:///memkit.db)"
 _EMBEDDER_HELP = ("embedder: auto (the one the store was written with; a new store gets the local model when "
                   "installed), local or hashing")  # fmt: skip
 

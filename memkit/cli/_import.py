@@ -194,11 +194,10 @@ started one and dropped it once the store opened, ~0.5 s of the other core's tim
 
 def _scheme(url: str | None) -> str | None:
     """The import's URL scheme, read before the store opens (None for a URL the opening will refuse)."""
-    from memkit._url import StorageURL
     from memkit.cli._store import resolve_url
 
     try:
-        return StorageURL(resolve_url(url)).scheme
+        return resolve_url(url).scheme
     except Exception:  # the store's opening reports a bad URL, with its advice
         return None
 
@@ -223,13 +222,12 @@ def _start(path: Path, saved: dict[str, Any] | None) -> tuple[IO[bytes], Header 
 
 
 async def import_file(args: argparse.Namespace) -> int:
-    from memkit._url import StorageURL
     from memkit.cli._store import resolve_url
 
     path = Path(args.file)
     if not await anyio.Path(path).is_file():
         raise CliError(f"no file {path}", None, ExitCode.BAD_INPUT)
-    url = StorageURL(resolve_url(args.url))
+    url = resolve_url(args.url)
     identity = {**await anyio.to_thread.run_sync(file_identity, path), "url": str(url)}
     state = None if args.check else ResumeFile(Path(args.state or f"{path}.memkit-import"), identity)
     saved = None if state is None or args.restart else await anyio.to_thread.run_sync(state.load)

@@ -8,7 +8,6 @@ one on purpose; the client then refuses a collection of other vectors, as it alw
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -32,11 +31,14 @@ Identity = tuple[str, int]
 """An embedder's (model id, dimension), as a collection records it."""
 
 
-def resolve_url(url: str | None) -> str:
-    """``--url``, else ``$MEMKIT_URL``, else the client's embedded default."""
-    from memkit._client import DEFAULT_URL
+def resolve_url(url: str | None) -> StorageURL:
+    """``--url``, else what ``Memkit()`` would open: ``$MEMKIT_URL``, else the config file's ``url``
+    (``$MEMKIT_CONFIG``, ``./memkit.toml`` or ``[tool.memkit]``), else ``sqlite:///memkit.db``. A command and
+    the library started in the same folder open the same store."""
+    from memkit._config import load_config
+    from memkit._url import StorageURL
 
-    return url or os.environ.get("MEMKIT_URL") or DEFAULT_URL
+    return StorageURL(url) if url else load_config().url
 
 
 def loader_for(model_id: str, dim: int) -> Callable[[], Embedder] | None:
@@ -97,7 +99,9 @@ async def claimed_identities(url: StorageURL) -> dict[str, Identity]:
     return found
 
 
-def _choose(choice: str, claimed: Identity | None, hint: Identity | None) -> Embedder:
+def _choose(choice: str, claimed: Identity | None, hint: Identity | None) -> Embedder | None:
+    """The embedder to open the store with; None: the configuration's (``Memkit()`` reads ``$MEMKIT_EMBEDDER``
+    and the config file's ``embedder``, else picks ``auto``), for ``auto`` on a store that records none."""
     from memkit.embedders import HashingEmbedder, LocalEmbedder, resolve_embedder
 
     wanted = claimed or hint
@@ -105,7 +109,9 @@ def _choose(choice: str, claimed: Identity | None, hint: Identity | None) -> Emb
         named = {"local": LocalEmbedder().model_id, "hashing": HashingEmbedder(wanted[1]).model_id}.get(choice)
         if choice == "auto" or named == wanted[0]:
             return StoredEmbedder(wanted, loader_for(*wanted))
-    return resolve_embedder("auto" if choice == "auto" else "local" if choice == "local" else "hashing")
+    if choice == "auto":
+        return None
+    return resolve_embedder("local" if choice == "local" else "hashing")
 
 
 def _missing_file(url: StorageURL) -> Path | None:
@@ -123,9 +129,8 @@ async def open_store(
     ``mcp``); other commands refuse it, so a mistyped path is an error instead of a new empty file.
     ``hint``: the identity of vectors the command brings (an import), used when the store has none yet."""
     from memkit._client import Memkit
-    from memkit._url import StorageURL
 
-    url = StorageURL(resolve_url(url_text))
+    url = resolve_url(url_text)
     missing = await anyio.to_thread.run_sync(_missing_file, url)
     if missing is not None and not create:
         raise CliError(f"no store at {url}: {missing} does not exist", "check --url (or $MEMKIT_URL); "

@@ -177,6 +177,18 @@ def test_memkit_url_from_the_environment(tmp_path: Path) -> None:
     assert (tmp_path / "env.db").exists()
 
 
+def test_the_config_files_url_and_embedder_as_the_library_reads_them(tmp_path: Path) -> None:
+    (tmp_path / "memkit.toml").write_text('url = "sqlite:///fromconfig.db"\nembedder = "hashing"\n')
+    ok_json("store", "likes tea", "--user-id", "ada", cwd=tmp_path)  # no --url, no --embedder
+    assert (tmp_path / "fromconfig.db").exists() and not (tmp_path / "memkit.db").exists()
+    report = ok_json("stats", cwd=tmp_path)
+    assert report["collections"]["long_term"]["embedder"] == {"model_id": "hashing-v1-384", "dim": 384}
+    assert ok_json("list", cwd=tmp_path, env={"MEMKIT_URL": sqlite_url(tmp_path / "fromconfig.db")})["memories"]
+    (tmp_path / "memkit.toml").write_text('url = "nosuchscheme://x"\n')
+    broken = memkit("list", cwd=tmp_path)
+    assert broken.returncode == 6 and "memkit.toml" in broken.stderr and "Traceback" not in broken.stderr
+
+
 def test_bench_lists_the_benchmarks_for_an_unknown_name() -> None:
     result = memkit("bench", "no-such-benchmark")
     assert result.returncode == 2
