@@ -88,16 +88,32 @@ def demo(args: argparse.Namespace) -> int:
     url = f"sqlite:///{args.db}"
     print(f"memkit demo: an agent's memory in {args.db} (embedded SQLite, local MiniLM embedder, no network)\n")
     print(f"[process 1] a conversation with user {DEMO_USER!r}, each turn observed:")
-    if _run_step("observe", url) != 0:
-        return 1
+    code = _run_step("observe", url)
+    if code != 0:
+        return code
     print("\n[process 2] a new process remembers, from the same file:")
     return _run_step("context", url)
 
 
 def _step(argv: list[str]) -> int:
+    """One step of the demo; an error is told as the other commands tell theirs (one line and what to do)."""
+    from memkit.cli._output import ExitCode, classify
+
     step, url = argv
     print(f"  (pid {os.getpid()})")
-    anyio.run(_demo_observe if step == "observe" else _demo_context, url)
+    try:
+        anyio.run(_demo_observe if step == "observe" else _demo_context, url)
+    except KeyboardInterrupt:
+        print("memkit demo: interrupted", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+    except Exception as exc:
+        code, message, hint = classify(exc)
+        print(f"memkit demo: error: {message}", file=sys.stderr)
+        if code == ExitCode.UNREACHABLE:
+            hint = "choose a file in a folder you can write to: memkit demo --db PATH"
+        if hint:
+            print(f"  {hint}", file=sys.stderr)
+        return int(code)
     return 0
 
 

@@ -33,14 +33,20 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 async def _serve(args: argparse.Namespace, token: str | None) -> int:
-    from memkit.mcp_server import Scoping, serve
+    from memkit.mcp_server import ListenError, Scoping, serve
 
     scoping = Scoping.from_options(args.user_id, args.allow_any_user)
     async with open_store(args.url, embedder=args.embedder, create=True) as mem:
-        if args.transport == "http":
+
+        def listening() -> None:
             print(f"memkit mcp: serving {mem.url} at http://{args.host}:{args.port}/mcp for user "
                   f"{scoping.user_id!r}" + (" (bearer token required)" if token else ""), file=sys.stderr)  # fmt: skip
-        await serve(mem, scoping, transport=args.transport, host=args.host, port=args.port, token=token)
+
+        try:
+            await serve(mem, scoping, transport=args.transport, host=args.host, port=args.port, token=token,
+                        on_listening=listening)  # fmt: skip
+        except ListenError as exc:
+            raise CliError(str(exc), "choose another --port, or stop what listens there", ExitCode.USAGE) from exc
     return ExitCode.OK
 
 

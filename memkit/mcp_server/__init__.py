@@ -11,10 +11,12 @@ the scoping rule in ``_scoping.py``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from memkit.mcp_server._errors import ListenError
 from memkit.mcp_server._registry import REGISTRY, App, bind, served
 from memkit.mcp_server._scoping import Scoping
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 
     from memkit._client import Memkit
 
-__all__ = ["App", "Scoping", "build_server", "serve"]
+__all__ = ["App", "ListenError", "Scoping", "build_server", "serve"]
 
 log = logging.getLogger("memkit")
 
@@ -69,15 +71,29 @@ async def _warm_up(mem: Memkit) -> None:
 
 
 async def serve(mem: Memkit, scoping: Scoping, *, transport: str = "stdio", host: str = "127.0.0.1",
-                port: int = 8765, token: str | None = None) -> None:  # fmt: skip
-    """Serve ``mem`` until the client goes (stdio) or the process is stopped (HTTP)."""
+                port: int = 8765, token: str | None = None,
+                on_listening: Callable[[], None] | None = None) -> None:  # fmt: skip
+    """Serve ``mem`` until the client goes (stdio) or the process is stopped (HTTP). Over HTTP the port is
+    bound first: a port in use (or not allowed) raises ``ListenError`` before anything runs, and
+    ``on_listening`` is called once clients can connect."""
     server = build_server(mem, scoping)
-    async with anyio.create_task_group() as group:
-        group.start_soon(_warm_up, mem)
-        if transport == "stdio":
-            await server.run_stdio_async()
-        else:
-            from memkit.mcp_server._http import serve_http
+    listener = None
+    if transport != "stdio":
+        from memkit.mcp_server._http import listen
 
-            await serve_http(server, host=host, port=port, token=token)
-        group.cancel_scope.cancel()
+        listener = listen(host, port)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_warm_up, mem)
+            if listener is None:
+                await server.run_stdio_async()
+            else:
+                from memkit.mcp_server._http import serve_http
+
+                if on_listening is not None:
+                    on_listening()
+                await serve_http(server, listener, host=host, token=token)
+            group.cancel_scope.cancel()
+    finally:
+        if listener is not None:
+            listener.close()

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import hmac
 import json
+import socket
 from typing import Any
 
-__all__ = ["BearerAuth", "serve_http"]
+from memkit.mcp_server._errors import ListenError
+
+__all__ = ["BearerAuth", "listen", "serve_http"]
 
 Scope = dict[str, Any]
 
@@ -36,11 +39,30 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-async def serve_http(server: Any, *, host: str, port: int, token: str | None) -> None:
+def listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host:port``, or ``ListenError`` saying why not. Bound here rather than by
+    uvicorn, which logs a port in use and exits the process (a ``SystemExit`` inside the server's tasks)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        listener = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ListenError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart reuses a port in TIME_WAIT
+        listener.bind(address)
+        listener.listen(128)
+    except OSError as exc:
+        listener.close()
+        raise ListenError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    listener.setblocking(False)
+    return listener
+
+
+async def serve_http(server: Any, listener: socket.socket, *, host: str, token: str | None) -> None:
     import uvicorn
 
     app = server.streamable_http_app(host=host)
     if token:
         app = BearerAuth(app, token)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    await uvicorn.Server(config).serve()
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve(sockets=[listener])

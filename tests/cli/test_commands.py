@@ -193,3 +193,10 @@ def test_bench_lists_the_benchmarks_for_an_unknown_name() -> None:
     result = memkit("bench", "no-such-benchmark")
     assert result.returncode == 2
     assert "mcp" in result.stderr and "transfer" in result.stderr and "scoring" in result.stderr
+
+
+def test_demo_on_a_path_it_cannot_write_says_so_in_two_lines(tmp_path: Path) -> None:
+    result = memkit("demo", "--db", str(tmp_path / "no-such-folder" / "demo.db"))
+    assert result.returncode == 4, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 2
+    assert "no-such-folder" in result.stderr and "--db" in result.stderr

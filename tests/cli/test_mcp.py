@@ -41,6 +41,21 @@ async def stdio_session(url: str, *options: str) -> AsyncIterator[Any]:
         yield session
 
 
+@asynccontextmanager
+async def mcp_session(transport: str, url: str, *options: str) -> AsyncIterator[Any]:
+    """A client session with ``memkit mcp`` started with ``options``, over stdio or streamable HTTP."""
+    if transport == "stdio":
+        async with stdio_session(url, *options) as session:
+            yield session
+    else:
+        with http_server(url, None, *options) as endpoint:
+            async with http_session(endpoint, None) as session:
+                yield session
+
+
+TRANSPORTS = pytest.mark.parametrize("transport", ["stdio", "http"])
+
+
 async def call(session: Any, tool: str, /, **arguments: Any) -> Any:
     """A tool call that must succeed: its structured result."""
     result = await session.call_tool(tool, arguments)
@@ -55,8 +70,9 @@ async def error(session: Any, tool: str, /, **arguments: Any) -> str:
     return str(result.content[0].text)
 
 
-async def test_every_tool_over_stdio(tmp_path: Path) -> None:
-    async with stdio_session(sqlite_url(tmp_path / "m.db"), "--user-id", "ada") as session:
+@TRANSPORTS
+async def test_every_tool(tmp_path: Path, transport: str) -> None:
+    async with mcp_session(transport, sqlite_url(tmp_path / "m.db"), "--user-id", "ada") as session:
         listed = {tool.name: tool for tool in (await session.list_tools()).tools}
         assert set(listed) == TOOLS
         for tool in listed.values():
@@ -111,8 +127,9 @@ async def _episodes_working_checkpoints(session: Any) -> None:
     assert older["state"] == {"turn": 1}
 
 
-async def test_bad_arguments_are_tool_errors_and_the_server_lives_on(tmp_path: Path) -> None:
-    async with stdio_session(sqlite_url(tmp_path / "m.db"), "--user-id", "ada") as session:
+@TRANSPORTS
+async def test_bad_arguments_are_tool_errors_and_the_server_lives_on(tmp_path: Path, transport: str) -> None:
+    async with mcp_session(transport, sqlite_url(tmp_path / "m.db"), "--user-id", "ada") as session:
         assert "ContentError: content is empty" in await error(session, "remember", content="  ")
         assert "importance" in await error(session, "remember", content="x", importance=3)
         assert "ValidationError" in await error(session, "recall", query="x", k=0)
@@ -127,11 +144,12 @@ async def test_bad_arguments_are_tool_errors_and_the_server_lives_on(tmp_path: P
         assert (await call(session, "remember", content="still here"))["status"] == "stored"
 
 
-async def test_a_client_cannot_read_another_users_memories(tmp_path: Path) -> None:
+@TRANSPORTS
+async def test_a_client_cannot_read_another_users_memories(tmp_path: Path, transport: str) -> None:
     url = sqlite_url(tmp_path / "m.db")
     bob = ok_json("store", "Bob's door code is 4411.", "--user-id", "bob", "--url", url, "--embedder", "hashing")
     bob_id = bob["memory"]["id"]
-    async with stdio_session(url, "--user-id", "ada") as session:
+    async with mcp_session(transport, url, "--user-id", "ada") as session:
         calls = [("recall", {"query": "door code"}), ("list_memories", {}), ("forget", {"memory_id": bob_id}),
                  ("remember", {"content": "x"}), ("working_get", {"task_id": "t"}),
                  ("checkpoint_load", {"thread_id": "t"}), ("graph_related", {"name": "Bob"}),
@@ -146,16 +164,17 @@ async def test_a_client_cannot_read_another_users_memories(tmp_path: Path) -> No
             await session.read_resource("memkit://users/bob/memories")
         await call(session, "checkpoint_save", thread_id="t", state={"secret": 1})
     assert ok_json("get", bob_id, "--url", url)["content"] == "Bob's door code is 4411."  # untouched
-    async with stdio_session(url, "--user-id", "bob") as session:
+    async with mcp_session(transport, url, "--user-id", "bob") as session:
         assert "ScopeError" in await error(session, "checkpoint_load", thread_id="t", user_id="ada")
         assert "no checkpoint" in await error(session, "checkpoint_load", thread_id="t")  # ada's thread is hers
-    async with stdio_session(url, "--user-id", "ada", "--allow-any-user") as session:
+    async with mcp_session(transport, url, "--user-id", "ada", "--allow-any-user") as session:
         hits = (await call(session, "recall", query="door code", user_id="bob"))["hits"]
         assert [h["id"] for h in hits] == [bob_id]
 
 
-async def test_memories_and_checkpoints_as_resources(tmp_path: Path) -> None:
-    async with stdio_session(sqlite_url(tmp_path / "m.db"), "--user-id", "ada") as session:
+@TRANSPORTS
+async def test_memories_and_checkpoints_as_resources(tmp_path: Path, transport: str) -> None:
+    async with mcp_session(transport, sqlite_url(tmp_path / "m.db"), "--user-id", "ada") as session:
         await call(session, "remember", content="I like tea.")
         await call(session, "checkpoint_save", thread_id="chat-1", state={"turn": 1})
         listed = [str(r.uri) for r in (await session.list_resources()).resources]
@@ -177,11 +196,11 @@ def _free_port() -> int:
 
 
 @contextmanager
-def http_server(url: str, token: str | None) -> Iterator[str]:
+def http_server(url: str, token: str | None, *options: str) -> Iterator[str]:
     port = _free_port()
     env = _env() | ({"MEMKIT_MCP_TOKEN": token} if token else {})
     process = subprocess.Popen([*COMMAND, "mcp", "--url", url, "--embedder", "hashing", "--transport", "http",
-                                "--port", str(port), "--user-id", "ada"], env=env, stderr=subprocess.PIPE)  # fmt: skip
+                                "--port", str(port), *options], env=env, stderr=subprocess.PIPE)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -216,7 +235,7 @@ async def http_session(endpoint: str, token: str | None) -> AsyncIterator[Any]:
 async def test_streamable_http_on_loopback_with_a_bearer_token(tmp_path: Path) -> None:
     import httpx
 
-    with http_server(sqlite_url(tmp_path / "m.db"), token="s3cret") as endpoint:
+    with http_server(sqlite_url(tmp_path / "m.db"), "s3cret", "--user-id", "ada") as endpoint:
         async with http_session(endpoint, "s3cret") as session:
             assert {t.name for t in (await session.list_tools()).tools} == TOOLS
             stored = await call(session, "remember", content="I like tea.")
@@ -231,7 +250,7 @@ async def test_streamable_http_on_loopback_with_a_bearer_token(tmp_path: Path) -
 
 
 async def test_streamable_http_without_a_token_on_loopback(tmp_path: Path) -> None:
-    with http_server(sqlite_url(tmp_path / "m.db"), token=None) as endpoint:
+    with http_server(sqlite_url(tmp_path / "m.db"), None, "--user-id", "ada") as endpoint:
         async with http_session(endpoint, None) as session:
             assert (await call(session, "remember", content="I like jazz."))["status"] == "stored"
 
@@ -241,6 +260,21 @@ def test_http_beyond_loopback_needs_a_token(tmp_path: Path) -> None:
                              sqlite_url(tmp_path / "m.db")], capture_output=True, text=True, timeout=60,
                             env=_env(), check=False)  # fmt: skip
     assert result.returncode == 2 and "MEMKIT_MCP_TOKEN" in result.stderr
+
+
+def test_a_port_in_use_is_a_two_line_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = subprocess.run([*COMMAND, "mcp", "--transport", "http", "--port", port, "--embedder", "hashing",
+                                 "--url", sqlite_url(tmp_path / "m.db")], capture_output=True, text=True, timeout=60,
+                                env=_env(), check=False)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"memkit mcp: error: cannot listen on 127.0.0.1:{port}: Address already in use",
+        "  choose another --port, or stop what listens there",
+    ]  # nothing said about serving, no traceback
 
 
 def test_import_memkit_does_not_load_mcp() -> None:
