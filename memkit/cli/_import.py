@@ -42,17 +42,40 @@ _SHOWN = 50
 """Bad lines printed one by one; the rest are counted (``--json`` lists them all)."""
 
 
+_SAVED_BAD = 1_000
+"""Bad lines kept in the resume file (the rest counted): a resumed import still reports what it skipped."""
+
+
 class _Report:
     def __init__(self, name: str, progress: tqdm) -> None:
         self.name, self.progress = name, progress
         self.bad: list[tuple[int, str]] = []
+        self.unlisted = 0  # bad lines of an interrupted run past those its resume file kept
         self.imported = self.embedded = 0
+        self.before = 0  # imported by the interrupted runs this one continues
+
+    @property
+    def bad_count(self) -> int:
+        return len(self.bad) + self.unlisted
 
     def add_bad(self, bad: list[tuple[int, str]]) -> None:
         for number, error in bad:
             if len(self.bad) < _SHOWN:
                 self.progress.write(f"{self.name}:{number}: {error}", file=sys.stderr)
             self.bad.append((number, error))
+
+    def saved(self) -> dict[str, Any]:
+        return {"bad": self.bad[:_SAVED_BAD], "bad_count": self.bad_count}
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """The bad lines an interrupted run found before where this one starts."""
+        self.before = int(saved.get("imported", 0))
+        kept = [(int(n), str(e)) for n, e in saved.get("bad", [])]
+        self.bad = kept + self.bad
+        self.unlisted = max(int(saved.get("bad_count", len(kept))) - len(kept), 0)
+        if self.bad_count:
+            self.progress.write(f"{self.bad_count} bad lines were found before the interruption (listed at the end)",
+                                file=sys.stderr)  # fmt: skip
 
 
 async def _write(mem: Any, parsed: Parsed, report: _Report) -> None:
@@ -159,7 +182,12 @@ async def _write_all(args: argparse.Namespace, mem: Any, handle: IO[bytes], line
     async def write(parsed: Parsed) -> None:
         await _write(mem, parsed, report)
         if state is not None:
-            position = {"offset": parsed.offset, "line": parsed.line, "imported": report.imported}
+            position = {
+                "offset": parsed.offset,
+                "line": parsed.line,
+                "imported": report.before + report.imported,
+                **report.saved(),
+            }
             await anyio.to_thread.run_sync(state.save, position)
 
     server = mem.backend.capabilities.concurrent_requests
@@ -240,6 +268,8 @@ async def import_file(args: argparse.Namespace) -> int:
         with tqdm(total=size, initial=handle.tell(), unit="B", unit_scale=True, disable=args.no_progress or None,
                   desc="checking" if args.check else "importing") as progress:  # fmt: skip
             report = _Report(str(path), progress)
+            if saved is not None:
+                report.restore(saved)
             await _run(args, handle, line, header=header, report=report, state=state)
     finally:
         handle.close()
@@ -252,15 +282,15 @@ def _summary(args: argparse.Namespace, report: _Report, seconds: float, *, resum
     verb = "valid" if args.check else "imported"
     if args.json:
         print_json({verb: report.imported, "embedded": report.embedded, "seconds": seconds, "resumed": resumed,
-                    "per_s": report.imported / seconds if seconds else None,
+                    "per_s": report.imported / seconds if seconds else None, "bad_count": report.bad_count,
                     "bad": [{"line": n, "error": e} for n, e in report.bad]})  # fmt: skip
     else:
         embedded = f" ({report.embedded} embedded)" if report.embedded else ""
         print(f"{verb} {report.imported} memories{embedded} in {seconds:.1f} s")
-    if report.bad:
-        hidden = len(report.bad) - _SHOWN
+    if report.bad_count:
+        hidden = report.bad_count - _SHOWN
         more = f"; {hidden} more not shown (--json lists all)" if hidden > 0 else ""
-        print(f"{len(report.bad)} bad lines skipped{more}: fix them and import again (memories already "
+        print(f"{report.bad_count} bad lines skipped{more}: fix them and import again (memories already "
               "imported are not written twice)", file=sys.stderr)  # fmt: skip
         return ExitCode.BAD_INPUT
     return ExitCode.OK

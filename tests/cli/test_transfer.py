@@ -170,6 +170,24 @@ def test_an_import_killed_half_way_continues_where_it_stopped(tmp_path: Path) ->
     assert ok_json("stats", "--url", url)["collections"]["long_term"]["total"] == 30_000
 
 
+def test_a_resumed_import_still_reports_the_bad_lines_found_before(tmp_path: Path) -> None:
+    url, path = sqlite_url(tmp_path / "a.db"), tmp_path / "big.jsonl"
+    _big_file(path, 30_000)
+    lines = path.read_text().splitlines(keepends=True)
+    lines[3] = json.dumps({"content": "", "user_id": "ada"}) + "\n"  # line 4 (the header is line 1): empty
+    path.write_text("".join(lines))
+    state = Path(f"{path}.memkit-import")
+    _killed_after_first_batch(["import", str(path), "--url", url, "--no-progress"], state)
+    saved = json.loads(state.read_text())
+    assert saved["bad_count"] == 1 and saved["bad"][0][0] == 4
+    result = memkit("import", str(path), "--url", url, "--json")
+    assert result.returncode == 3, result.stderr  # bad input, though this run met no bad line itself
+    summary = json.loads(result.stdout)
+    assert summary["resumed"] is True and summary["bad_count"] == 1 and summary["bad"][0]["line"] == 4
+    assert "content" in summary["bad"][0]["error"] and "1 bad lines were found before" in result.stderr
+    assert summary["imported"] + saved["imported"] == 29_999
+
+
 def test_an_export_killed_half_way_continues_where_it_stopped(tmp_path: Path) -> None:
     url, source = sqlite_url(tmp_path / "a.db"), tmp_path / "big.jsonl"
     _big_file(source, 30_000)
