@@ -59,6 +59,16 @@ def check_matplotlib() -> None:
         raise CliError(f"--plot needs matplotlib: {install_hint('plot')}", None, ExitCode.CONFIGURATION)
 
 
+_EARLIEST, _LATEST = -2_208_988_800.0, 7_258_118_400.0
+"""1900-01-01 and 2200-01-01 UTC: a memory dated outside (an import accepts any ``created_at``; year 9999 made
+matplotlib's date axis fail) is drawn at the nearer of them, and the axis label says how many were."""
+
+
+def _clamped(times: dict[str, list[float]]) -> tuple[dict[str, list[float]], int]:
+    outside = sum(1 for ats in times.values() for at in ats if not _EARLIEST <= at <= _LATEST)
+    return {kind: [min(max(at, _EARLIEST), _LATEST) for at in ats] for kind, ats in times.items()}, outside
+
+
 def _grouped(times: dict[str, list[float]]) -> dict[str, list[float]]:
     counts = Counter({kind: len(at) for kind, at in times.items()})
     shown = [kind for kind, _ in counts.most_common(_KINDS_SHOWN)]
@@ -83,12 +93,13 @@ def _step(axes: Any, ats: list[float], start: float, end: float, **style: Any) -
     axes.step(_dates([start, *ats, end]), [0, *range(1, len(ats) + 1), len(ats)], where="post", **style)
 
 
-def _axes(axes: Any, title: str) -> None:
+def _axes(axes: Any, title: str, outside: int) -> None:
     from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
     from matplotlib.ticker import MaxNLocator
 
     axes.set_title(title)
-    axes.set_xlabel("time the memory was first stored (UTC)")
+    edge = f"; {outside} dated before 1900 or after 2199, drawn at the edge" if outside else ""
+    axes.set_xlabel(f"time the memory was first stored (UTC){edge}")
     axes.set_ylabel("memories (cumulative count)")
     axes.set_ylim(bottom=0)
     axes.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: no half memories
@@ -105,7 +116,8 @@ def draw(timeline: Timeline, path: Path, *, title: str, now: float) -> None:
     matplotlib.use("Agg")  # no display: a file only
     import matplotlib.pyplot as plt
 
-    grouped = _grouped(timeline.times)
+    times, outside = _clamped(timeline.times)
+    grouped = _grouped(times)
     every = sorted(at for ats in grouped.values() for at in ats)
     start, end = (every[0], max(every[-1], now)) if every else (now - 86_400, now)
     figure, axes = plt.subplots(figsize=(10, 5.5), dpi=100)
@@ -118,7 +130,7 @@ def draw(timeline: Timeline, path: Path, *, title: str, now: float) -> None:
         if not every:
             axes.set_xlim(_dates([start, end]))
             axes.text(0.5, 0.5, "no memories yet", ha="center", va="center", transform=axes.transAxes)
-        _axes(axes, title)
+        _axes(axes, title, outside)
         if every:
             axes.legend(title="kind (memories now)", loc="upper left")
         figure.tight_layout()

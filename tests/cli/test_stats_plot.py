@@ -75,3 +75,24 @@ def test_stats_plot_without_matplotlib_says_what_to_install(tmp_path: Path) -> N
     assert len(lines) == 1 and "pip install 'memkit-sdk[plot]'" in lines[0] and "matplotlib" in lines[0], lines
     assert not png.exists()
     assert memkit("stats", "--url", url).returncode == 0  # without --plot, stats needs no matplotlib
+
+
+def test_stats_plot_draws_memories_dated_far_away_at_the_edge(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "far.jsonl"
+    dates = ["9999-12-31T00:00:00Z", "0001-01-01T00:00:00Z", "2024-05-01T00:00:00Z"]
+    path.write_text("".join(f'{{"content": "note {i}", "user_id": "ada", "created_at": "{at}"}}\n'
+                            for i, at in enumerate(dates)))  # fmt: skip
+    url = sqlite_url(tmp_path / "m.db")
+    assert memkit("import", str(path), "--url", url, "--embedder", "hashing").returncode == 0
+    png = tmp_path / "far.png"
+    result = memkit("stats", "--url", url, "--plot", str(png))
+    assert result.returncode == 0, result.stderr
+    _png_size(png)
+
+
+def test_dates_outside_the_axis_are_clamped_and_counted() -> None:
+    from memkit.cli._plot import _EARLIEST, _LATEST, _clamped
+
+    times, outside = _clamped({"fact": [253_402_214_400.0, 0.0], "preference": [-62_135_596_800.0]})
+    assert times == {"fact": [_LATEST, 0.0], "preference": [_EARLIEST]} and outside == 2
