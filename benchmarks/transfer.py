@@ -1,6 +1,6 @@
 """``memkit import`` and ``memkit export`` of pre-embedded memories into and out of SQLite.
 
-    python -m benchmarks.transfer --json out/transfer.json [--n 100000]
+    python -m benchmarks.transfer --json out/transfer.json [--plot out/transfer.png] [--n 100000]
 
 A JSON Lines file of n memories of 100 users (8 Zipf-distributed words each, the ingest benchmark's corpus)
 with their vectors (dim 384, base64 float32, as ``memkit export --vectors`` writes them) is imported into a
@@ -33,6 +33,7 @@ from tqdm import tqdm
 from ._report import machine_info, print_table, write_json
 from .ingest import corpus
 
+TARGET_PER_S = 20_000
 MODEL = "benchmark-clustered-384"
 """The vectors' model: not one memkit can load, so nothing is embedded again (and nothing could be)."""
 
@@ -64,6 +65,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
     parser.add_argument("--n", type=int, default=100_000, help="memories in the file (default 100,000)")
+    parser.add_argument("--plot", help="draw the rates as a PNG here (needs matplotlib)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         source, url = Path(tmp) / "memories.jsonl", f"sqlite:///{Path(tmp) / 'imported.db'}"
@@ -79,7 +81,33 @@ def main() -> None:
                "import_per_s": args.n / imported["seconds"], "import_wall_per_s": args.n / import_wall,
                "export_per_s": args.n / exported["seconds"], "export_wall_per_s": args.n / export_wall}  # fmt: skip
     print_table([row], list(row))
-    write_json(args.json_path, {**row, "target_import_per_s": 20_000, "machine": machine_info()})
+    write_json(args.json_path, {**row, "target_import_per_s": TARGET_PER_S, "machine": machine_info()})
+    if args.plot:
+        plot(args.plot, row)
+
+
+def plot(path: str, row: dict[str, Any]) -> None:
+    """The four rates as bars, with the import's target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars = {"import\n(its clock)": row["import_per_s"], "import\n(whole process)": row["import_wall_per_s"],
+            "export --vectors\n(its clock)": row["export_per_s"],
+            "export --vectors\n(whole process)": row["export_wall_per_s"]}  # fmt: skip
+    fig, axes = plt.subplots(figsize=(8, 4.5))
+    shown = axes.bar(list(bars), list(bars.values()), color=["tab:blue", "tab:blue", "tab:green", "tab:green"])
+    axes.bar_label(shown, labels=[f"{value:,.0f}" for value in bars.values()])
+    axes.axhline(TARGET_PER_S, color="black", linestyle="--", linewidth=1, label=f"import target: {TARGET_PER_S:,}/s")
+    axes.set_ylabel("memories per second")
+    axes.set_title(f"memkit import / export of {row['n']:,} pre-embedded memories ({row['file_mb']:.0f} MB), SQLite")
+    axes.legend(loc="upper right")
+    axes.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

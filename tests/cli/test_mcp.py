@@ -283,8 +283,11 @@ def test_import_memkit_does_not_load_mcp() -> None:
 
 
 def test_the_mcp_benchmark_writes_its_figures(tmp_path: Path) -> None:
-    out = tmp_path / "mcp.json"
-    command = [sys.executable, "-m", "benchmarks.mcp", "--n", "200", "--calls", "20", "--json", str(out)]
+    pytest.importorskip("matplotlib")
+    out, png = tmp_path / "mcp.json", tmp_path / "mcp.png"
+    command = [sys.executable, "-m", "benchmarks.mcp", "--n", "200", "--calls", "20", "--json", str(out), "--plot",
+               str(png)]  # fmt: skip
     subprocess.run(command, check=True, capture_output=True, timeout=600, env=_env())
     figures = json.loads(out.read_text())
     assert figures["n"] == 200 and figures["mcp_recall_p50_ms"] > 0 and figures["inprocess_recall_p50_ms"] > 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

@@ -210,11 +210,13 @@ def test_python_m_memkit_cli_still_runs() -> None:
 
 
 def test_the_transfer_benchmark_writes_its_figures(tmp_path: Path) -> None:
-    out = tmp_path / "transfer.json"
-    subprocess.run([sys.executable, "-m", "benchmarks.transfer", "--n", "3000", "--json", str(out)],
-                   check=True, capture_output=True, timeout=600)  # fmt: skip
+    pytest.importorskip("matplotlib")
+    out, png = tmp_path / "transfer.json", tmp_path / "transfer.png"
+    subprocess.run([sys.executable, "-m", "benchmarks.transfer", "--n", "3000", "--json", str(out), "--plot",
+                    str(png)], check=True, capture_output=True, timeout=600)  # fmt: skip
     figures = json.loads(out.read_text())
     assert figures["n"] == 3000 and figures["import_per_s"] > 0 and figures["export_per_s"] > 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
 def test_lines_are_read_in_checked_chunks_and_joined_in_order(tmp_path: Path) -> None:
