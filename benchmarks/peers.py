@@ -43,6 +43,8 @@ from ._peers_worker import SYSTEMS, missing
 from ._report import machine_info, print_table, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
+"""A checkout's root, where ``-m benchmarks._peers_worker`` is found; installed, the worker is
+``memkit_benchmarks._peers_worker`` (the package this module was imported from) and needs no folder."""
 COLUMNS = ["system", "n", "ingest_per_s", "store_per_s", "first_query_ms", "p50_ms", "p95_ms", "recall_at_10",
            "rss_peak_mb", "p50_over_numpy", "default_p50_ms"]  # fmt: skip
 
@@ -70,12 +72,13 @@ def run_worker(system: str, n: int, args: argparse.Namespace, tmp: Path) -> dict
     where = tmp / f"{system}-{n}"
     where.mkdir(exist_ok=True)
     with memkit_url(system, tmp, n) if system.startswith("memkit-") else _nothing() as url:
-        command = [sys.executable, "-m", "benchmarks._peers_worker", system, str(n), "--out", str(out),
+        command = [sys.executable, "-m", f"{__package__}._peers_worker", system, str(n), "--out", str(out),
                    "--tmp", str(where), "--queries", str(args.queries), "--seed", str(args.seed),
                    "--store-seconds", str(args.store_seconds)] + (["--url", url] if url else [])  # fmt: skip
         started = time.perf_counter()
         try:
-            subprocess.run(command, cwd=ROOT, check=True, timeout=args.time_limit + 600)
+            subprocess.run(command, cwd=ROOT if __package__ == "benchmarks" else None, check=True,
+                           timeout=args.time_limit + 600)  # fmt: skip
         except subprocess.TimeoutExpired:
             return {"system": system, "n": n, "skipped": f"ran past {args.time_limit + 600:.0f} s"}
         except subprocess.CalledProcessError as exc:
