@@ -26,9 +26,9 @@ class Scoping:
 
     @classmethod
     def from_options(cls, user_id: str | None, allow_any_user: bool) -> Scoping:
-        chosen = user_id or os.environ.get("MEMKIT_USER_ID") or DEFAULT_USER
-        if not chosen.strip():
-            raise ScopeError("the server's user id is empty; pass --user-id")
+        chosen = user_id if user_id is not None else os.environ.get("MEMKIT_USER_ID") or DEFAULT_USER
+        if not chosen.strip():  # an empty --user-id is a mistake, not a request for the default user
+            raise ScopeError("the server's user id is empty; pass --user-id NAME")
         return cls(chosen, allow_any_user)
 
     def user(self, requested: str | None) -> str:

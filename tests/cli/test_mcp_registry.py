@@ -54,3 +54,6 @@ def test_the_server_user_comes_from_the_option_then_the_environment(monkeypatch:
     assert Scoping.from_options(None, False).user_id == "env-user"
     monkeypatch.delenv("MEMKIT_USER_ID")
     assert Scoping.from_options(None, False).user_id == "default"
+    for empty in ("", "  "):  # an empty --user-id is a mistake: never the default user's memories
+        with pytest.raises(ScopeError, match="--user-id"):
+            Scoping.from_options(empty, False)
