@@ -77,9 +77,13 @@ def _open(path: Path, saved: dict[str, Any] | None, to_stdout: bool) -> IO[bytes
     """The file to write, cut back to the last saved page when resuming."""
     if to_stdout:
         return sys.stdout.buffer
+    try:
+        handle = path.open("wb" if saved is None else "r+b")
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror or exc}", "choose a file in a folder you can write to "
+                       "(or - for standard output)", ExitCode.UNREACHABLE) from exc  # fmt: skip
     if saved is None:
-        return path.open("wb")
-    handle = path.open("r+b")
+        return handle
     handle.truncate(int(saved["bytes"]))  # what was written after the last saved page goes
     handle.seek(int(saved["bytes"]))
     return handle

@@ -188,6 +188,17 @@ def test_a_resumed_import_still_reports_the_bad_lines_found_before(tmp_path: Pat
     assert summary["imported"] + saved["imported"] == 29_999
 
 
+def test_an_export_to_a_folder_that_does_not_exist_says_what_to_do(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path / "a.db")
+    ok_json("store", "likes tea", "--user-id", "ada", "--url", url, "--embedder", "hashing")
+    result = memkit("export", str(tmp_path / "no-such-folder" / "out.jsonl"), "--url", url)
+    assert result.returncode == 4 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"memkit export: error: cannot write {tmp_path / 'no-such-folder' / 'out.jsonl'}: No such file or directory",
+        "  choose a file in a folder you can write to (or - for standard output)",
+    ]
+
+
 def test_an_export_killed_half_way_continues_where_it_stopped(tmp_path: Path) -> None:
     url, source = sqlite_url(tmp_path / "a.db"), tmp_path / "big.jsonl"
     _big_file(source, 30_000)
