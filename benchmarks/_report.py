@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import platform
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["machine_info", "print_table", "python_probe_ms", "write_json"]
+__all__ = ["Panel", "bar_panels", "machine_info", "print_table", "python_probe_ms", "write_json"]
 
 
 def machine_info() -> dict[str, Any]:
@@ -63,3 +64,47 @@ def write_json(path: str | None, payload: Any) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(payload, indent=2) + "\n")
         print(f"wrote {path}")
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One chart of ``bar_panels``: a group of bars per label, one bar per series."""
+
+    title: str
+    ylabel: str
+    labels: list[str]
+    series: dict[str, list[float]]
+    log: bool = False
+    target: tuple[str, float] | None = None
+    """A horizontal line with its legend text (a target the figures are held to)."""
+
+
+def bar_panels(path: str, title: str, panels: Sequence[Panel]) -> None:
+    """Grouped bar charts side by side, each with its axis label, legend and the value on each bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes_row = plt.subplots(1, len(panels), figsize=(5.5 * len(panels) + 1, 5), squeeze=False)
+    for axes, panel in zip(axes_row[0], panels, strict=True):
+        width = 0.8 / max(len(panel.series), 1)
+        places = np.arange(len(panel.labels))
+        for i, (name, values) in enumerate(panel.series.items()):
+            bars = axes.bar(places + i * width, values, width, label=name)
+            axes.bar_label(bars, labels=[f"{v:.3g}" for v in values], fontsize=7)
+        axes.set_xticks(places + width * (len(panel.series) - 1) / 2, panel.labels, rotation=20, ha="right")
+        if panel.target is not None:
+            axes.axhline(panel.target[1], color="black", linestyle="--", linewidth=1, label=panel.target[0])
+        axes.set_ylabel(panel.ylabel)
+        axes.set_yscale("log" if panel.log else "linear")
+        axes.set_title(panel.title)
+        axes.grid(True, axis="y", alpha=0.3)
+        axes.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}")

@@ -1,6 +1,6 @@
 """Backends side by side: bulk ingest, recall latency, and how exact the server rerank is.
 
-    python -m benchmarks.backends --json out/backends.json [--data locomo_dev.json]
+    python -m benchmarks.backends --json out/backends.json [--plot out/backends.png] [--data locomo_dev.json]
 
 For each available backend (memory, sqlite, redis, postgres), in one run:
 
@@ -38,7 +38,7 @@ from tqdm import tqdm
 from memkit import open_backend
 from memkit.backend import Backend, Query, Record, Scope, Weights
 
-from ._report import print_table, write_json
+from ._report import Panel, bar_panels, print_table, write_json
 
 DIM = 384
 USERS = 100
@@ -184,6 +184,13 @@ async def amain(args: argparse.Namespace) -> None:
                 rows += await bench_backend(name, urls[name], sizes, locomo, progress)
     print_table(rows, ["backend", "n", "ingest_per_s", "recall_p50_ms", "recall_p95_ms", "overlap_at_10"])
     write_json(args.json_path, rows)
+    if args.plot:
+        labels = [f"{r['backend']} {r['n']:,}" for r in rows]
+        bar_panels(args.plot, "backends: bulk ingest and scoped recall", [
+            Panel("bulk ingest", "records / s", labels, {"ingest": [r["ingest_per_s"] for r in rows]}, log=True),
+            Panel("recall of one scope's top 10", "ms", labels, {"p50": [r["recall_p50_ms"] for r in rows],
+                                                                   "p95": [r["recall_p95_ms"] for r in rows]}),
+        ])  # fmt: skip
 
 
 def main() -> None:
@@ -194,6 +201,7 @@ def main() -> None:
     parser.add_argument("--backends", default="memory,sqlite,redis,redis-hnsw,postgres,postgres-hnsw,pinecone,weaviate")
     parser.add_argument("--redis-url")
     parser.add_argument("--postgres-url")
+    parser.add_argument("--plot", help="draw the figures as a PNG here (needs matplotlib)")
     anyio.run(amain, parser.parse_args())
 
 

@@ -1,6 +1,7 @@
 """store() under a concurrent recall load, and how long leaving takes once the server is gone.
 
-    python -m benchmarks.contention --json out/contention.json [--size 10k] [--stores 500] [--readers 4]
+    python -m benchmarks.contention --json out/contention.json [--plot out/contention.png] [--size 10k]
+                                    [--stores 500] [--readers 4]
                                     [--think-ms 0] [--backends memory,sqlite,redis,postgres] [--no-exit-check]
 
 For each backend, in one run and one collection (``--size`` memories of 100 users preloaded with store_many):
@@ -40,7 +41,7 @@ import anyio.lowlevel
 import numpy as np
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from ._report import machine_info, print_table, write_json
+from ._report import Panel, bar_panels, machine_info, print_table, write_json
 from ._servers import backend_urls
 from .ingest import BATCH, LookupEmbedder, corpus, parse_sizes
 
@@ -188,11 +189,21 @@ async def amain(args: argparse.Namespace) -> None:
         print_table(exits, EXIT_COLUMNS)
     write_json(args.json_path, {"machine": machine_info(), "target_p99_ratio": TARGET_RATIO, "rows": rows,
                                 "exit": exits})  # fmt: skip
+    if args.plot:
+        labels = [r["backend"] for r in rows]
+        bar_panels(args.plot, f"store() alone and under {args.readers} readers recalling", [
+            Panel("store() latency", "ms", labels, {
+                "p50 alone": [r["alone_p50_ms"] for r in rows], "p50 loaded": [r["loaded_p50_ms"] for r in rows],
+                "p99 alone": [r["alone_p99_ms"] for r in rows], "p99 loaded": [r["loaded_p99_ms"] for r in rows]}),
+            Panel("p99 loaded / p99 alone", "ratio", labels, {"p99 ratio": [r["p99_ratio"] for r in rows]},
+                  target=(f"target: <= {TARGET_RATIO}x", TARGET_RATIO)),
+        ])  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
+    parser.add_argument("--plot", help="draw the figures as a PNG here (needs matplotlib)")
     parser.add_argument("--size", type=lambda s: parse_sizes(s)[0], default=10_000, help="memories preloaded, e.g. 10k")
     parser.add_argument("--stores", type=int, default=500, help="store() calls timed per phase")
     parser.add_argument("--readers", type=int, default=4, help="tasks recalling in a loop during the loaded phase")

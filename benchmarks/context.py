@@ -1,6 +1,6 @@
 """The memory-aware agent's two calls: ``context()`` before a model call, ``observe()`` after a turn.
 
-    python -m benchmarks.context --json out/context.json [--url memory://] [--embedder local]
+    python -m benchmarks.context --json out/context.json [--plot out/context.png] [--url memory://] [--embedder local]
 
 A store of 10,000 memories of 100 users (generated first-person facts, 100 each, embedded by the packaged
 local model unless ``--embedder`` says otherwise), then:
@@ -23,7 +23,7 @@ import anyio
 import numpy as np
 from tqdm import tqdm
 
-from ._report import print_table, write_json
+from ._report import Panel, bar_panels, print_table, write_json
 
 USERS, PER_USER = 100, 100
 CONTEXTS, OBSERVES, RECALLABLE = 200, 1_000, 100
@@ -99,6 +99,13 @@ async def amain(args: argparse.Namespace) -> None:
             row |= await bench_observe(mem, args.users, args.observes, progress)
     print_table([row], list(row))
     write_json(args.json_path, row)
+    if args.plot:
+        panels = []
+        for unit, what in (("ms", "context() and the time until observed turns are recalled"),
+                           ("us", "observe() returning to the agent")):  # fmt: skip
+            figures = {key.removesuffix(f"_{unit}"): value for key, value in row.items() if key.endswith(f"_{unit}")}
+            panels.append(Panel(what, unit, list(figures), {"measured": list(figures.values())}))
+        bar_panels(args.plot, f"context() and observe() on {args.url} ({args.users} users)", panels)
 
 
 def main() -> None:
@@ -109,6 +116,7 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=USERS, help=f"users of {PER_USER} memories each")
     parser.add_argument("--contexts", type=int, default=CONTEXTS)
     parser.add_argument("--observes", type=int, default=OBSERVES)
+    parser.add_argument("--plot", help="draw the figures as a PNG here (needs matplotlib)")
     anyio.run(amain, parser.parse_args())
 
 

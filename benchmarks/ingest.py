@@ -1,6 +1,7 @@
 """Writing memories through the public API: store_many in batches, store() one at a time, and what recall costs.
 
-    python -m benchmarks.ingest --json out/ingest.json [--sizes 10k,100k] [--backends memory,sqlite,redis,postgres]
+    python -m benchmarks.ingest --json out/ingest.json [--plot out/ingest.png] [--sizes 10k,100k]
+        [--backends memory,sqlite,redis,postgres]
 
 For each backend and size n, in one run:
 
@@ -34,7 +35,7 @@ import anyio
 import numpy as np
 from tqdm import tqdm
 
-from ._report import print_table, write_json
+from ._report import Panel, bar_panels, print_table, write_json
 from ._servers import backend_urls
 
 DIM = 384
@@ -226,6 +227,20 @@ async def amain(args: argparse.Namespace) -> None:
         print_table(overheads, ["backend", "n", "recall_api_p50_ms", "kernel_p50_ms", "api_over_kernel",
                                 "store_many_floor_per_s"])  # fmt: skip
     write_json(args.json_path, {"rows": rows, "recall_overhead": overheads})
+    if args.plot:
+        plot(args.plot, rows)
+
+
+def plot(path: str, rows: list[dict[str, Any]]) -> None:
+    labels = list(dict.fromkeys(f"{r['backend']} {r['n']:,}" for r in rows))
+    rate = {(f"{r['backend']} {r['n']:,}", r["api"]): r["per_s_median_last_batches"] for r in rows}
+    series = {api: [rate.get((label, api), 0.0) for label in labels] for api in ("store_many", "store")}
+    rss = {"peak RSS": [max(r["rss_peak_mb"] for r in rows if f"{r['backend']} {r['n']:,}" == label)
+                        for label in labels]}  # fmt: skip
+    bar_panels(path, "writing memories through the public API (pre-computed vectors)", [
+        Panel("median of the last 10 batches (store(): the last 1,000)", "memories / s", labels, series, log=True),
+        Panel("the process's peak resident memory", "MB", labels, rss),
+    ])  # fmt: skip
 
 
 def main() -> None:
@@ -233,6 +248,7 @@ def main() -> None:
     parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
     parser.add_argument("--sizes", default="10k,100k", help="comma-separated sizes, e.g. 10k,100k")
     parser.add_argument("--backends", default="memory,sqlite,redis,postgres")
+    parser.add_argument("--plot", help="draw the figures as a PNG here (needs matplotlib)")
     anyio.run(amain, parser.parse_args())
 
 

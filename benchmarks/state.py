@@ -1,7 +1,7 @@
 """Agent state: checkpoint save and load of a 200-turn session, what the tool-call cache costs per call, and
 whether single-flight holds.
 
-    python -m benchmarks.state --json out/state.json [--backends memory,sqlite,redis,postgres]
+    python -m benchmarks.state --json out/state.json [--plot out/state.png] [--backends memory,sqlite,redis,postgres]
 
 The checkpointed state is real: the session benchmark's 200 turns (525 messages, tool exchanges with
 parallel calls) run through short-term memory with a 32,000-token budget, so most of it is still verbatim
@@ -32,7 +32,7 @@ import anyio
 import numpy as np
 from tqdm import tqdm
 
-from ._report import print_table, write_json
+from ._report import Panel, bar_panels, print_table, write_json
 from ._servers import backend_urls
 
 CALLS = 2_000
@@ -150,12 +150,22 @@ async def amain(args: argparse.Namespace) -> None:
     print_table(checkpoints, ["backend", "serializer", "compression", "ckpt_save_ms", "ckpt_load_ms", "ckpt_bytes"])
     print_table(rows, ["backend", "cache_hit_us", "cache_miss_overhead_us", "single_flight_calls"])
     write_json(args.json_path, {"checkpoints": checkpoints, "cache": rows, "state_messages": messages})
+    if args.plot:
+        labels = [f"{c['backend']} {c['serializer']} {c['compression']}" for c in checkpoints]
+        bar_panels(args.plot, f"agent state: a checkpoint of {messages} messages, and the tool cache", [
+            Panel("checkpoint", "ms", labels, {"save": [c["ckpt_save_ms"] for c in checkpoints],
+                                                "load": [c["ckpt_load_ms"] for c in checkpoints]}),
+            Panel("tool cache", "us", [r["backend"] for r in rows], {
+                "hit": [r["cache_hit_us"] for r in rows],
+                "miss overhead": [r["cache_miss_overhead_us"] for r in rows]}, log=True),
+        ])  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
     parser.add_argument("--backends", default="memory,sqlite,redis,postgres")
+    parser.add_argument("--plot", help="draw the figures as a PNG here (needs matplotlib)")
     anyio.run(amain, parser.parse_args())
 
 

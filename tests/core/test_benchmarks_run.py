@@ -39,9 +39,9 @@ def test_session_benchmark_writes_its_figures(tmp_path: Path) -> None:
 
 
 def test_state_benchmark_writes_its_figures(tmp_path: Path) -> None:
-    out = tmp_path / "state.json"
+    out, png = tmp_path / "state.json", tmp_path / "state.png"
     subprocess.run(
-        [sys.executable, "-m", "benchmarks.state", "--backends", "memory", "--json", str(out)],
+        [sys.executable, "-m", "benchmarks.state", "--backends", "memory", "--json", str(out), "--plot", str(png)],
         check=True, capture_output=True, timeout=600,
     )  # fmt: skip
     figures = json.loads(out.read_text())
@@ -54,6 +54,7 @@ def test_state_benchmark_writes_its_figures(tmp_path: Path) -> None:
     assert all(
         r["ckpt_save_ms"] > 0 and r["ckpt_load_ms"] > 0 and r["ckpt_bytes"] > 1000 for r in figures["checkpoints"]
     )
+    assert png.stat().st_size > 10_000
 
 
 def test_graph_benchmark_writes_its_figures(tmp_path: Path) -> None:
@@ -73,22 +74,23 @@ def test_graph_benchmark_writes_its_figures(tmp_path: Path) -> None:
 
 
 def test_context_benchmark_writes_its_figures(tmp_path: Path) -> None:
-    out = tmp_path / "context.json"
+    out, png = tmp_path / "context.json", tmp_path / "context.png"
     subprocess.run(
         [sys.executable, "-m", "benchmarks.context", "--embedder", "hashing", "--users", "3", "--contexts", "5",
-         "--observes", "10", "--json", str(out)],
+         "--observes", "10", "--json", str(out), "--plot", str(png)],
         check=True, capture_output=True, timeout=600,
     )  # fmt: skip
     figures = json.loads(out.read_text())
     for key in ("context_p50_ms", "context_p95_ms", "observe_return_p50_us", "observe_to_recallable_p50_ms"):
         assert figures[key] > 0, key
+    assert png.stat().st_size > 10_000
 
 
 def test_ingest_benchmark_writes_its_figures(tmp_path: Path) -> None:
-    out = tmp_path / "ingest.json"
+    out, png = tmp_path / "ingest.json", tmp_path / "ingest.png"
     subprocess.run(
         [sys.executable, "-m", "benchmarks.ingest", "--sizes", "3000", "--backends", "memory,sqlite",
-         "--json", str(out)],
+         "--json", str(out), "--plot", str(png)],
         check=True, capture_output=True, timeout=600,
     )  # fmt: skip
     figures = json.loads(out.read_text())
@@ -104,3 +106,17 @@ def test_ingest_benchmark_writes_its_figures(tmp_path: Path) -> None:
         assert row["rss_peak_mb"] > 0
     [overhead] = figures["recall_overhead"]
     assert overhead["backend"] == "memory" and overhead["recall_api_p50_ms"] > 0 and overhead["kernel_p50_ms"] > 0
+    assert png.stat().st_size > 10_000
+
+
+def test_backends_benchmark_writes_its_figures(tmp_path: Path) -> None:
+    out, png = tmp_path / "backends.json", tmp_path / "backends.png"
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.backends", "--backends", "memory,sqlite", "--sizes", "500",
+         "--json", str(out), "--plot", str(png)],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    rows = json.loads(out.read_text())
+    assert [(r["backend"], r["n"]) for r in rows] == [("memory", 500), ("sqlite", 500)]
+    assert all(r["ingest_per_s"] > 0 and 0 < r["recall_p50_ms"] <= r["recall_p95_ms"] for r in rows)
+    assert png.stat().st_size > 10_000

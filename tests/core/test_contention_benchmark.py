@@ -9,10 +9,10 @@ from pathlib import Path
 
 
 def test_contention_benchmark_writes_json(tmp_path: Path) -> None:
-    out = tmp_path / "contention.json"
+    out, png = tmp_path / "contention.json", tmp_path / "contention.png"
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.contention", "--size", "200", "--stores", "20", "--readers", "2",
-         "--backends", "memory", "--no-exit-check", "--json", str(out)],
+         "--backends", "memory", "--no-exit-check", "--json", str(out), "--plot", str(png)],
         check=True, capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2],
     )  # fmt: skip
     payload = json.loads(out.read_text())
@@ -24,3 +24,4 @@ def test_contention_benchmark_writes_json(tmp_path: Path) -> None:
     assert row["target"] in ("met", "MISSED") and payload["target_p99_ratio"] == 3.0
     assert payload["exit"] == []
     assert "p99_ratio" in done.stdout  # the printed table
+    assert png.stat().st_size > 10_000
