@@ -52,6 +52,10 @@ def _moment(value: datetime | None, what: str) -> datetime | None:
     return None if value is None else check_moment(value, what)
 
 
+_MAX_COUNT = 2**63 - 1
+"""The largest count every store keeps as an integer (SQLite INTEGER, Postgres BIGINT)."""
+
+
 def _memory(line: Line, now: datetime, max_chars: int) -> Memory:
     """The line as a Memory, checked by the library's own rules (they raise the library's errors)."""
     if line.user_id is None and line.agent_id is None:
@@ -62,8 +66,8 @@ def _memory(line: Line, now: datetime, max_chars: int) -> Memory:
     scope = Scope(user_id=line.user_id, agent_id=line.agent_id, session_id=line.session_id)
     content = check_content(line.content, max_chars)
     created = _moment(line.created_at, "created_at") or now
-    if line.access_count < 0:
-        raise ValueError(f"access_count must be >= 0, got {line.access_count}")
+    if not 0 <= line.access_count <= _MAX_COUNT:
+        raise ValueError(f"access_count must be between 0 and {_MAX_COUNT}, got {line.access_count}")
     return Memory(
         id=memory_id(scope, content) if line.id is None else check_text(line.id, "id"),
         scope=scope, kind=check_text(line.kind, "kind"), content=content,

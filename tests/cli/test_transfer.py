@@ -129,6 +129,17 @@ def test_bad_lines_are_reported_by_number_and_skipped_whole(tmp_path: Path) -> N
     assert stored == {"likes tea", "likes jazz"}  # nothing of a bad line was written
 
 
+def test_an_access_count_no_store_can_keep_is_a_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    _write_lines(path, [{"content": "a", "user_id": "ada", "access_count": 2**63 - 1},
+                        {"content": "b", "user_id": "ada", "access_count": 10**21}])  # fmt: skip
+    result = memkit("import", str(path), "--json", "--embedder", "hashing", "--url", sqlite_url(tmp_path / "a.db"))
+    assert result.returncode == 3
+    summary = json.loads(result.stdout)
+    assert summary["imported"] == 1 and [b["line"] for b in summary["bad"]] == [2]
+    assert "access_count must be between 0 and" in summary["bad"][0]["error"]
+
+
 def test_check_validates_without_a_store(tmp_path: Path) -> None:
     path = tmp_path / "x.jsonl"
     _write_lines(path, [{"content": "likes tea", "user_id": "ada"}, {"content": "", "user_id": "ada"}])
