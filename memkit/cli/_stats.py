@@ -12,15 +12,17 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 
 from memkit.cli._output import ExitCode, print_json, print_table
-from memkit.cli._store import COLLECTIONS, claimed_identities, open_store
+from memkit.cli._store import claimed_identities, open_store
 
 if TYPE_CHECKING:
     from memkit.cli._plot import Timeline
 
 __all__ = ["stats"]
 
-_GROUP_FIELD = {"long_term": "kind", "episodic": "outcome"}
-"""The field each collection's records are counted by: a memory's kind, an episode's outcome."""
+_GROUP_FIELD: dict[str, str | None] = {"long_term": "kind", "episodic": "outcome", "graph_nodes": None,
+                                       "graph_edges": "rel"}  # fmt: skip
+"""The field each collection's records are counted by: a memory's kind, an episode's outcome, an edge's
+relation (nodes: by user only)."""
 _USERS_SHOWN = 20
 
 
@@ -33,7 +35,16 @@ def _size_on_disk(mem: Any) -> int | None:
     return sum(p.stat().st_size for p in (base, Path(f"{base}-wal"), Path(f"{base}-shm")) if p.exists())
 
 
-async def _count(mem: Any, collection: str, timeline: Timeline | None = None) -> dict[str, Any]:
+def _collections(mem: Any) -> list[tuple[str, Any, str]]:
+    """(name in the report, the layer's backend, its collection as configured) for each layer of records."""
+    graph = mem.graph
+    return [("long_term", mem.long_term.backend, mem.long_term.config.collection),
+            ("episodic", mem.episodic.backend, mem.episodic.config.collection),
+            ("graph_nodes", graph.backend, graph.config.nodes_collection),
+            ("graph_edges", graph.backend, graph.config.edges_collection)]  # fmt: skip
+
+
+async def _count(backend: Any, collection: str, group: str | None, timeline: Timeline | None = None) -> dict[str, Any]:
     """One pass over the collection's live records (a scan, so it works the same on every backend); each
     record is also dated on ``timeline`` when given (the plot's data, read in the same pass)."""
     from memkit.backend import Scope
@@ -43,9 +54,9 @@ async def _count(mem: Any, collection: str, timeline: Timeline | None = None) ->
     cursor: str | None = None
     now = time.time()
     while True:
-        page = await mem.backend.scan(collection, Scope(), limit=1000, cursor=cursor, now=now, all_scopes=True)
+        page = await backend.scan(collection, Scope(), limit=1000, cursor=cursor, now=now, all_scopes=True)
         for record in page.records:
-            by_group[str(record.fields.get(_GROUP_FIELD[collection], "?"))] += 1
+            by_group[str(record.fields.get(group, "?")) if group else "-"] += 1
             scope = record.scope
             by_user[scope.user_id or (f"agent:{scope.agent_id}" if scope.agent_id else "-")] += 1
             if timeline is not None:
@@ -53,8 +64,14 @@ async def _count(mem: Any, collection: str, timeline: Timeline | None = None) ->
         if page.next_cursor is None:
             break
         cursor = page.next_cursor
-    return {"total": sum(by_group.values()), f"by_{_GROUP_FIELD[collection]}": dict(by_group.most_common()),
-            "by_user": dict(by_user.most_common())}  # fmt: skip
+    counts: dict[str, Any] = {"total": sum(by_group.values())}
+    if group:
+        counts[f"by_{group}"] = dict(by_group.most_common())
+    return {**counts, "by_user": dict(by_user.most_common())}
+
+
+def _embedder(identity: tuple[str, int] | None) -> dict[str, Any]:
+    return {"embedder": None if identity is None else {"model_id": identity[0], "dim": identity[1]}}
 
 
 async def _plot(timeline: Timeline, path: Path, url: Any) -> None:
@@ -76,11 +93,9 @@ async def stats(args: argparse.Namespace) -> int:
     async with open_store(args.url, embedder=args.embedder) as mem:
         claims = await claimed_identities(mem.url)
         collections = {}
-        for collection in COLLECTIONS:
-            identity = claims.get(collection)
-            counts = await _count(mem, collection, timeline if collection == "long_term" else None)
-            embedder = None if identity is None else {"model_id": identity[0], "dim": identity[1]}
-            collections[collection] = {"embedder": embedder, **counts}
+        for name, backend, collection in _collections(mem):
+            counts = await _count(backend, collection, _GROUP_FIELD[name], timeline if name == "long_term" else None)
+            collections[name] = {**_embedder(claims.get(name)), **counts}
         size = await anyio.to_thread.run_sync(_size_on_disk, mem)
         report = {"url": str(mem.url), "size_bytes": size, "collections": collections}
     if timeline is not None:
@@ -94,12 +109,14 @@ async def stats(args: argparse.Namespace) -> int:
     print(f"store  {mem.url}" + ("" if size is None else f"  ({size / 1e6:.1f} MB on disk)"))
     for name, info in collections.items():
         model = info["embedder"]
-        print(f"\n{name}: {info['total']} live records; embedder "
-              + ("none yet" if model is None else f"{model['model_id']} (dim {model['dim']})"))  # fmt: skip
+        embedder = "" if name.startswith("graph_") else "; embedder " + (
+            "none yet" if model is None else f"{model['model_id']} (dim {model['dim']})")  # fmt: skip
+        print(f"\n{name}: {info['total']} live records{embedder}")
         group = _GROUP_FIELD[name]
         if info["total"]:
-            rows = [{group: key, "count": n} for key, n in info[f"by_{group}"].items()]
-            print_table(rows, [group, "count"])
+            if group:
+                rows = [{group: key, "count": n} for key, n in info[f"by_{group}"].items()]
+                print_table(rows, [group, "count"])
             users = list(info["by_user"].items())
             rows = [{"user": user, "count": n} for user, n in users[:_USERS_SHOWN]]
             print_table(rows, ["user", "count"])

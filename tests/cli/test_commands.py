@@ -156,6 +156,26 @@ def test_stats_counts_kinds_and_users(tmp_path: Path) -> None:
     assert human.returncode == 0 and "hashing-v1-384" in human.stdout and "MB on disk" in human.stdout
 
 
+def test_stats_counts_the_graph_too(tmp_path: Path) -> None:
+    import anyio
+
+    from memkit import Memkit
+
+    async def write() -> None:
+        async with Memkit(sqlite_url(tmp_path / "m.db"), embedder="hashing", config=False) as mem:
+            await mem.graph.upsert_edge("Ada", "works_at", "Acme", user_id="ada")
+            await mem.graph.upsert_edge("Ada", "lives_in", "Lisbon", user_id="ada")
+            await mem.graph.upsert_edge("Bob", "works_at", "Acme", user_id="bob")
+
+    anyio.run(write)
+    report = ok_json("stats", "--url", sqlite_url(tmp_path / "m.db"))
+    nodes, edges = report["collections"]["graph_nodes"], report["collections"]["graph_edges"]
+    assert nodes["total"] == 5 and nodes["by_user"] == {"ada": 3, "bob": 2}  # each user's graph is their own
+    assert edges["total"] == 3 and edges["by_rel"] == {"works_at": 2, "lives_in": 1}
+    human = memkit("stats", "--url", sqlite_url(tmp_path / "m.db"))
+    assert "graph_edges: 3 live records" in human.stdout and "works_at" in human.stdout
+
+
 def test_sweep_deletes_what_expired(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "m.db")
     ok_json("store", "door code 4411", "--user-id", "ada", "--ttl", "0.5", "--url", url, "--embedder", "hashing")
