@@ -138,6 +138,7 @@ def plot(path: str, local: list[float], remote: list[float], n: int) -> None:
     axes.grid(True, alpha=0.3)
     axes.legend(loc="lower right")
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     print(f"wrote {path}")

@@ -105,6 +105,7 @@ def plot(path: str, row: dict[str, Any]) -> None:
     axes.legend(loc="upper right")
     axes.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     print(f"wrote {path}")

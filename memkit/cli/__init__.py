@@ -20,7 +20,8 @@ from typing import Any
 
 __all__ = ["main"]
 
-_URL_HELP = "storage URL (default: $MEMKIT_URL, else memkit.toml's url, else sqlite:///memkit.db)"
+_URL_HELP = ("storage URL (default: $MEMKIT_URL, else the config file's url: $MEMKIT_CONFIG, ./memkit.toml or "
+             "[tool.memkit] in ./pyproject.toml; else sqlite:///memkit.db)")  # fmt: skip
 _EMBEDDER_HELP = ("embedder: auto (the one the store was written with; a new store gets the local model when "
                   "installed), local or hashing")  # fmt: skip
 

@@ -80,8 +80,10 @@ async def _demo_context(url: str) -> None:
 
 
 def _run_step(step: str, url: str) -> int:
-    """Each step in a new Python process, so nothing but the file carries the memories over."""
-    return subprocess.call([sys.executable, "-m", "memkit.cli._demo", step, url])
+    """Each step in a new Python process, so nothing but the file carries the memories over. A step killed
+    by a signal exits as a shell reports it (128 + the signal)."""
+    code = subprocess.call([sys.executable, "-m", "memkit.cli._demo", step, url])
+    return 128 - code if code < 0 else code
 
 
 def demo(args: argparse.Namespace) -> int:

@@ -74,8 +74,9 @@ class _Report:
         self.bad = kept + self.bad
         self.unlisted = max(int(saved.get("bad_count", len(kept))) - len(kept), 0)
         if self.bad_count:
-            self.progress.write(f"{self.bad_count} bad lines were found before the interruption (listed at the end)",
-                                file=sys.stderr)  # fmt: skip
+            self.progress.write(f"{self.bad_count} bad lines were found before the interruption:", file=sys.stderr)
+        for number, error in self.bad[:_SHOWN]:
+            self.progress.write(f"{self.name}:{number}: {error}", file=sys.stderr)
 
 
 async def _write(mem: Any, parsed: Parsed, report: _Report) -> None:
@@ -255,7 +256,7 @@ async def import_file(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not await anyio.Path(path).is_file():
         raise CliError(f"no file {path}", None, ExitCode.BAD_INPUT)
-    url = resolve_url(args.url)
+    url = None if args.check else resolve_url(args.url)  # --check opens no store: no configuration to read
     identity = {**await anyio.to_thread.run_sync(file_identity, path), "url": str(url)}
     state = None if args.check else ResumeFile(Path(args.state or f"{path}.memkit-import"), identity)
     saved = None if state is None or args.restart else await anyio.to_thread.run_sync(state.load)
@@ -288,8 +289,9 @@ def _summary(args: argparse.Namespace, report: _Report, seconds: float, *, resum
         embedded = f" ({report.embedded} embedded)" if report.embedded else ""
         print(f"{verb} {report.imported} memories{embedded} in {seconds:.1f} s")
     if report.bad_count:
-        hidden = report.bad_count - _SHOWN
-        more = f"; {hidden} more not shown (--json lists all)" if hidden > 0 else ""
+        hidden = report.bad_count - min(len(report.bad), _SHOWN)
+        listed = f"the first {len(report.bad)}" if report.unlisted else "all"
+        more = f"; {hidden} more not shown (--json lists {listed})" if hidden > 0 else ""
         print(f"{report.bad_count} bad lines skipped{more}: fix them and import again (memories already "
               "imported are not written twice)", file=sys.stderr)  # fmt: skip
         return ExitCode.BAD_INPUT

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import os
+import socket
 import sys
 
 import anyio
@@ -33,21 +35,35 @@ def _token(args: argparse.Namespace) -> str | None:
 
 
 async def _serve(args: argparse.Namespace, token: str | None) -> int:
-    from memkit.mcp_server import ListenError, Scoping, serve
+    from memkit.mcp_server import Scoping, serve
 
     scoping = Scoping.from_options(args.user_id, args.allow_any_user)
-    async with open_store(args.url, embedder=args.embedder, create=True) as mem:
+    listener = _listen(args.host, args.port) if args.transport == "http" else None  # before a store is made
+    try:
+        async with open_store(args.url, embedder=args.embedder, create=True) as mem:
 
-        def listening() -> None:
-            print(f"memkit mcp: serving {mem.url} at http://{args.host}:{args.port}/mcp for user "
-                  f"{scoping.user_id!r}" + (" (bearer token required)" if token else ""), file=sys.stderr)  # fmt: skip
+            def listening() -> None:
+                needs = " (bearer token required)" if token else ""
+                print(f"memkit mcp: serving {mem.url} at http://{args.host}:{args.port}/mcp for user "
+                      f"{scoping.user_id!r}{needs}", file=sys.stderr)  # fmt: skip
 
-        try:
             await serve(mem, scoping, transport=args.transport, host=args.host, port=args.port, token=token,
-                        on_listening=listening)  # fmt: skip
-        except ListenError as exc:
-            raise CliError(str(exc), "choose another --port, or stop what listens there", ExitCode.USAGE) from exc
+                        listener=listener, on_listening=listening)  # fmt: skip
+    finally:
+        if listener is not None:
+            listener.close()
     return ExitCode.OK
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    from memkit.mcp_server import ListenError, listen
+
+    try:
+        return listen(host, port)
+    except ListenError as exc:
+        hint = ("choose another --port, or stop what listens there" if exc.errno == errno.EADDRINUSE
+                else "check --host (an address of this machine, e.g. 127.0.0.1) and --port")  # fmt: skip
+        raise CliError(str(exc), hint, ExitCode.USAGE) from exc
 
 
 def serve(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 
 from memkit.cli._output import ExitCode, print_json, print_table
-from memkit.cli._store import claimed_identities, open_store
+from memkit.cli._store import open_store, recorded_identity
 
 if TYPE_CHECKING:
     from memkit.cli._plot import Timeline
@@ -91,11 +91,11 @@ async def stats(args: argparse.Namespace) -> int:
         check_matplotlib()  # before the store is opened: a missing extra fails at once
         timeline = Timeline()
     async with open_store(args.url, embedder=args.embedder) as mem:
-        claims = await claimed_identities(mem.url)
         collections = {}
         for name, backend, collection in _collections(mem):
             counts = await _count(backend, collection, _GROUP_FIELD[name], timeline if name == "long_term" else None)
-            collections[name] = {**_embedder(claims.get(name)), **counts}
+            identity = None if name.startswith("graph_") else await recorded_identity(backend, collection)
+            collections[name] = {**_embedder(identity), **counts}
         size = await anyio.to_thread.run_sync(_size_on_disk, mem)
         report = {"url": str(mem.url), "size_bytes": size, "collections": collections}
     if timeline is not None:

@@ -24,7 +24,15 @@ if TYPE_CHECKING:
     from memkit._url import StorageURL
     from memkit.embedders import Embedder
 
-__all__ = ["Identity", "StoredEmbedder", "claimed_identities", "loader_for", "open_store", "resolve_url"]
+__all__ = [
+    "Identity",
+    "StoredEmbedder",
+    "claimed_identities",
+    "loader_for",
+    "open_store",
+    "recorded_identity",
+    "resolve_url",
+]
 
 COLLECTIONS = ("long_term", "episodic")
 Identity = tuple[str, int]
@@ -85,18 +93,25 @@ class StoredEmbedder:
 async def claimed_identities(url: StorageURL) -> dict[str, Identity]:
     """Each collection's recorded embedder, read without opening the layers."""
     from memkit._registry import open_backend
-    from memkit.layers._embedding import META_NAMESPACE
 
     found: dict[str, Identity] = {}
     async with open_backend(url) as backend:
         for collection in COLLECTIONS:
-            raw = await backend.kv_get(META_NAMESPACE, collection)
-            if raw is None:
-                continue
-            meta = msgspec.json.decode(raw)
-            if isinstance(meta, dict) and isinstance(meta.get("model_id"), str) and isinstance(meta.get("dim"), int):
-                found[collection] = (meta["model_id"], meta["dim"])
+            identity = await recorded_identity(backend, collection)
+            if identity is not None:
+                found[collection] = identity
     return found
+
+
+async def recorded_identity(backend: Any, collection: str) -> Identity | None:
+    """The embedder ``collection`` records on ``backend`` (model id, dimension), if any."""
+    from memkit.layers._embedding import META_NAMESPACE
+
+    raw = await backend.kv_get(META_NAMESPACE, collection)
+    meta = None if raw is None else msgspec.json.decode(raw)
+    if isinstance(meta, dict) and isinstance(meta.get("model_id"), str) and isinstance(meta.get("dim"), int):
+        return meta["model_id"], meta["dim"]
+    return None
 
 
 def _choose(choice: str, claimed: Identity | None, hint: Identity | None) -> Embedder | None:
@@ -133,8 +148,9 @@ async def open_store(
     url = resolve_url(url_text)
     missing = await anyio.to_thread.run_sync(_missing_file, url)
     if missing is not None and not create:
-        raise CliError(f"no store at {url}: {missing} does not exist", "check --url (or $MEMKIT_URL); "
-                       "'memkit store' or 'memkit import' creates a store", ExitCode.UNREACHABLE)  # fmt: skip
+        raise CliError(f"no store at {url}: {missing} does not exist", "check --url ($MEMKIT_URL, or the "
+                       "config file's url); 'memkit store' or 'memkit import' creates a store",
+                       ExitCode.UNREACHABLE)  # fmt: skip
     claims = {} if missing is not None else await claimed_identities(url)
     chosen = _choose(embedder, claims.get("long_term") or claims.get("episodic"), hint)
     async with Memkit(url, embedder=chosen) as mem:

@@ -11,12 +11,14 @@ the scoping rule in ``_scoping.py``.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from memkit.mcp_server._errors import ListenError
+from memkit.mcp_server._http import listen
 from memkit.mcp_server._registry import REGISTRY, App, bind, served
 from memkit.mcp_server._scoping import Scoping
 
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
 
     from memkit._client import Memkit
 
-__all__ = ["App", "ListenError", "Scoping", "build_server", "serve"]
+__all__ = ["App", "ListenError", "Scoping", "build_server", "listen", "serve"]
 
 log = logging.getLogger("memkit")
 
@@ -71,16 +73,14 @@ async def _warm_up(mem: Memkit) -> None:
 
 
 async def serve(mem: Memkit, scoping: Scoping, *, transport: str = "stdio", host: str = "127.0.0.1",
-                port: int = 8765, token: str | None = None,
+                port: int = 8765, token: str | None = None, listener: socket.socket | None = None,
                 on_listening: Callable[[], None] | None = None) -> None:  # fmt: skip
     """Serve ``mem`` until the client goes (stdio) or the process is stopped (HTTP). Over HTTP the port is
-    bound first: a port in use (or not allowed) raises ``ListenError`` before anything runs, and
-    ``on_listening`` is called once clients can connect."""
+    bound first (or ``listener``, bound by the caller with ``listen``, is used and closed): a port in use (or
+    not allowed) raises ``ListenError`` before anything runs, and ``on_listening`` is called once clients can
+    connect."""
     server = build_server(mem, scoping)
-    listener = None
-    if transport != "stdio":
-        from memkit.mcp_server._http import listen
-
+    if transport != "stdio" and listener is None:
         listener = listen(host, port)
     try:
         async with anyio.create_task_group() as group:

@@ -204,6 +204,10 @@ def test_the_config_files_url_and_embedder_as_the_library_reads_them(tmp_path: P
     report = ok_json("stats", cwd=tmp_path)
     assert report["collections"]["long_term"]["embedder"] == {"model_id": "hashing-v1-384", "dim": 384}
     assert ok_json("list", cwd=tmp_path, env={"MEMKIT_URL": sqlite_url(tmp_path / "fromconfig.db")})["memories"]
+    (tmp_path / "memkit.toml").write_text('url = "sqlite:///fromconfig.db"\n[long_term]\ncollection = "notes"\n')
+    ok_json("store", "likes jazz", "--user-id", "ada", "--embedder", "hashing", cwd=tmp_path)
+    notes = ok_json("stats", cwd=tmp_path)["collections"]["long_term"]  # the configured collection, its embedder
+    assert notes["total"] == 1 and notes["embedder"] == {"model_id": "hashing-v1-384", "dim": 384}
     (tmp_path / "memkit.toml").write_text('url = "nosuchscheme://x"\n')
     broken = memkit("list", cwd=tmp_path)
     assert broken.returncode == 6 and "memkit.toml" in broken.stderr and "Traceback" not in broken.stderr

@@ -275,6 +275,7 @@ def test_a_port_in_use_is_a_two_line_error(tmp_path: Path) -> None:
         f"memkit mcp: error: cannot listen on 127.0.0.1:{port}: Address already in use",
         "  choose another --port, or stop what listens there",
     ]  # nothing said about serving, no traceback
+    assert not (tmp_path / "m.db").exists()  # the port is bound before a store is made
 
 
 def test_import_memkit_does_not_load_mcp() -> None:

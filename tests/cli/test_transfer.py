@@ -141,12 +141,15 @@ def test_an_access_count_no_store_can_keep_is_a_bad_line(tmp_path: Path) -> None
 
 
 def test_check_validates_without_a_store(tmp_path: Path) -> None:
+    (tmp_path / "memkit.toml").write_text("url = [not toml")  # --check reads no configuration
     path = tmp_path / "x.jsonl"
     _write_lines(path, [{"content": "likes tea", "user_id": "ada"}, {"content": "", "user_id": "ada"}])
     result = memkit("import", str(path), "--check", "--json", "--url", sqlite_url(tmp_path / "never.db"))
     assert result.returncode == 3
     assert json.loads(result.stdout)["valid"] == 1 and json.loads(result.stdout)["bad"][0]["line"] == 2
     assert not (tmp_path / "never.db").exists()
+    assert memkit("import", str(path), "--check", cwd=tmp_path).returncode == 3  # no --url: still no config read
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["memkit.toml", "x.jsonl"]
 
 
 def _killed_after_first_batch(args: list[str], state: Path) -> None:
@@ -197,6 +200,10 @@ def test_a_resumed_import_still_reports_the_bad_lines_found_before(tmp_path: Pat
     assert summary["resumed"] is True and summary["bad_count"] == 1 and summary["bad"][0]["line"] == 4
     assert "content" in summary["bad"][0]["error"] and "1 bad lines were found before" in result.stderr
     assert summary["imported"] + saved["imported"] == 29_999
+    state.write_text(json.dumps(saved))  # the same interruption again, read by a person this time
+    again = memkit("import", str(path), "--url", url)
+    assert again.returncode == 3 and "were found before the interruption" in again.stderr
+    assert f"{path}:4: " in again.stderr and "1 bad lines skipped" in again.stderr
 
 
 def test_an_export_to_a_folder_that_does_not_exist_says_what_to_do(tmp_path: Path) -> None:

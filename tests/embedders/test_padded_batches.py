@@ -60,3 +60,4 @@ def test_equal_texts_fill_calls_up_to_the_row_limit_and_the_token_cap() -> None:
     assert padded_batches([300] * 60, 64, 16) == [(0, 54), (54, 60)]  # 54 x 300 <= 16,384 < 55 x 300
     assert padded_batches([20_000, 5], 64, 16) == [(0, 1), (1, 2)]  # one text past the cap still runs alone
     assert padded_batches([], 64, 16) == []
+    assert padded_batches([2] * 300, 1024, 16) == [(0, 128), (128, 256), (256, 300)]  # a big batch size: 128 rows
