@@ -33,9 +33,8 @@ from memkit.backend import (
     scope_matches,
 )
 from memkit.errors import InvalidURLError, NotOpenError, ValidationError
-from memkit.text import tokenize
 from memkit_backends._embedded.columnar import ColumnarCollection
-from memkit_backends._embedded.indexes import dim_after, replace_verdict
+from memkit_backends._embedded.indexes import replace_verdict
 from memkit_backends._embedded.nearest import nearest, nearest_many
 from memkit_backends._embedded.offload import offloaded
 from memkit_backends._embedded.options import DTYPE_OPTION, storage_dtype
@@ -49,10 +48,10 @@ from memkit_backends.sqlite._bulk import (
     records_of,
     stored_dim,
     unique_rows,
+    write_records,
 )
 from memkit_backends.sqlite._cache import DELETIONS_KEPT, RecordCache, log_deletions, prune_deletions
 from memkit_backends.sqlite._checkpoint import Checkpointer
-from memkit_backends.sqlite._codec import record_params
 from memkit_backends.sqlite._connect import connect, driver_error, next_seqs, transaction
 from memkit_backends.sqlite._kv_face import SQLiteKeyValue
 from memkit_backends.sqlite._schema import create_schema
@@ -139,13 +138,22 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         or catches up first."""
         async with self._lock.hold(query=query):
             conn = self._connection()
-            try:
-                found = self._cache.current(conn, collection)
-            except sqlite3.Error as exc:
-                raise driver_error(self.path, self._busy_timeout_s, exc) from exc
+            found = self._current(conn, collection)
             if found is not None and not offloaded(found, scans=scans, scope=scope):
                 return action(found)
             return await self._in_thread(conn, lambda conn: action(self._cache.collection(conn, collection)))
+
+    def _current(self, conn: sqlite3.Connection, collection: str) -> ColumnarCollection | None:
+        """``_cache.current`` on the event loop, only while no worker uses the connection (one the loop gave
+        up on may still be running): else None, and the read goes to a thread that waits for it."""
+        if not self._in_use.acquire(blocking=False):
+            return None
+        try:
+            return self._cache.current(conn, collection)
+        except sqlite3.Error as exc:
+            raise driver_error(self.path, self._busy_timeout_s, exc) from exc
+        finally:
+            self._in_use.release()
 
     async def open(self) -> None:
         if self._conn is not None:
@@ -235,7 +243,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
 
         def write(conn: sqlite3.Connection) -> None:
             def work(cache: ColumnarCollection | None) -> _Apply:
-                written = self._write_records(conn, collection, cache, records)
+                written = write_records(conn, collection, cache, records, self.undecodable.get(collection))
                 return _NOTHING if cache is None else lambda: self._cache_upsert(collection, cache, records, written)
 
             self._write_unloaded(conn, collection, work)
@@ -254,7 +262,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
                 unique = unique_rows(rows)
                 if cache is not None:
                     records = records_of(unique)
-                    written = self._write_records(conn, collection, cache, records)
+                    written = write_records(conn, collection, cache, records, self.undecodable.get(collection))
                     return lambda: self._cache_upsert(collection, cache, records, written)
                 first = next_seqs(conn, len(unique.ids))
                 tokens = dict(zip(unique.ids, unique.tokens, strict=True))
@@ -280,7 +288,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             verdicts.append(replace_verdict(current[0].body if current else None, record.body, expected_body))
             if verdicts[0] != "write":
                 return lambda: None
-            written = self._write_records(conn, collection, cache, [record])
+            written = write_records(conn, collection, cache, [record], self.undecodable.get(collection))
             return lambda: self._cache_upsert(collection, cache, [record], written)
 
         await self._write_async(collection, write)
@@ -288,7 +296,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
 
     def _cache_upsert(self, collection: str, cache: ColumnarCollection, records: Sequence[Record],
                       written: Written) -> None:  # fmt: skip
-        # Checked by _write_records, against this cache's dimension.
+        # Checked by write_records, against this cache's dimension.
         repaired = written.counters
         if repaired:  # rows the cache skipped as undecodable: their counters are the file's
             cache.upsert([r for r in records if r.id not in repaired], tokens=written.tokens, checked=True)
@@ -300,30 +308,6 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         bad = self.undecodable.get(collection)
         if bad:
             bad.difference_update(record.id for record in records)
-
-    def _write_records(
-        self, conn: sqlite3.Connection, collection: str, cache: ColumnarCollection | None, records: Sequence[Record]
-    ) -> Written:
-        """Writes the rows and their texts' tokens; returns the tokens by id, for the cache (a text
-        tokenized twice was a sixth of an import), and the counters of rows the cache could not decode.
-        ``cache``: None when the collection is not loaded. A record rewritten over a row keeps the row's
-        counters if they can be read (the ON CONFLICT clause resets those that cannot), whether or not the
-        rest of the row could: one rule, loaded or not."""
-        # Refuses NaN fields and dimension mismatches before any SQL.
-        dim = dim_after(records, stored_dim(conn, collection, cache))
-        first = next_seqs(conn, len(records))
-        tokens = {record.id: tokenize(record.text) for record in records if record.text}
-        joined = {r.id: " ".join(tokens[r.id]) if r.id in tokens else None for r in records}
-        params = [record_params(collection, record, first + i) for i, record in enumerate(records)]
-        rowids = insert_rows(conn, collection, params, first_seq=first, tokens=joined, dim=dim)
-        bad = sorted(self.undecodable.get(collection, set()).intersection(rowids)) if cache is not None else []
-        counters: dict[str, tuple[int, float | None]] = {}
-        for start in range(0, len(bad), 500):  # SQLite's limit on bound parameters
-            chunk = bad[start : start + 500]
-            counters.update((record_id, (count, last)) for record_id, count, last in conn.execute(
-                "SELECT id, access_count, last_accessed FROM memkit_records WHERE collection = ? AND id IN "
-                f"({','.join('?' * len(chunk))})", (collection, *chunk)))  # fmt: skip
-        return Written(tokens, counters)
 
     async def touch(self, collection: str, counts: Mapping[str, int], at: float) -> None:
         if not counts:

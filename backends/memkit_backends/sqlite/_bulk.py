@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+from collections.abc import Sequence
 from itertools import chain
 from typing import Annotated, Any, Final, NamedTuple
 
@@ -20,8 +21,12 @@ import numpy.typing as npt
 from memkit._validation import _shared_scope
 from memkit.backend import Fields, Record
 from memkit.errors import DimensionMismatchError, ValidationError
+from memkit.text import tokenize
 from memkit_backends._embedded.columnar import ColumnarCollection
+from memkit_backends._embedded.indexes import dim_after
 from memkit_backends.sqlite._cache import file_dim
+from memkit_backends.sqlite._codec import record_params
+from memkit_backends.sqlite._connect import next_seqs
 
 __all__ = [
     "EncodedRows",
@@ -32,6 +37,7 @@ __all__ = [
     "records_of",
     "stored_dim",
     "unique_rows",
+    "write_records",
 ]
 
 UPSERT_SQL: Final = (
@@ -193,3 +199,29 @@ def records_of(rows: EncodedRows) -> list[Record]:
                               text=rows.texts[at], vector=rows.vectors[at], importance=importance,
                               timestamp=timestamp, expires_at=expires_at, fields=fields))  # fmt: skip
     return records
+
+
+def write_records(
+    conn: sqlite3.Connection, collection: str, cache: ColumnarCollection | None, records: Sequence[Record],
+    undecodable: set[str] | None,
+) -> Written:  # fmt: skip
+    """Writes the rows and their texts' tokens; returns the tokens by id, for the cache (a text
+    tokenized twice was a sixth of an import), and the counters of rows the cache could not decode
+    (``undecodable``: their ids). ``cache``: None when the collection is not loaded. A record rewritten over a
+    row keeps the row's counters if they can be read (the ON CONFLICT clause resets those that cannot),
+    whether or not the rest of the row could: one rule, loaded or not."""
+    # Refuses NaN fields and dimension mismatches before any SQL.
+    dim = dim_after(records, stored_dim(conn, collection, cache))
+    first = next_seqs(conn, len(records))
+    tokens = {record.id: tokenize(record.text) for record in records if record.text}
+    joined = {r.id: " ".join(tokens[r.id]) if r.id in tokens else None for r in records}
+    params = [record_params(collection, record, first + i) for i, record in enumerate(records)]
+    rowids = insert_rows(conn, collection, params, first_seq=first, tokens=joined, dim=dim)
+    bad = sorted((undecodable or set()).intersection(rowids)) if cache is not None else []
+    counters: dict[str, tuple[int, float | None]] = {}
+    for start in range(0, len(bad), 500):  # SQLite's limit on bound parameters
+        chunk = bad[start : start + 500]
+        counters.update((record_id, (count, last)) for record_id, count, last in conn.execute(
+            "SELECT id, access_count, last_accessed FROM memkit_records WHERE collection = ? AND id IN "
+            f"({','.join('?' * len(chunk))})", (collection, *chunk)))  # fmt: skip
+    return Written(tokens, counters)
