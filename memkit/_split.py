@@ -77,6 +77,11 @@ class SplitBackend(Backend):
     async def nearest(self, collection: str, scope: Scope, vectors: Sequence[Any], **options: Any) -> Any:
         return await self.records.nearest(collection, scope, vectors, **options)
 
+    async def nearest_many(self, collection: str, requests: Sequence[tuple[Scope, Sequence[Any]]],
+                           **options: Any) -> Any:  # fmt: skip
+        # The records' own (an embedded store checks a batch's scopes in one pass), not the default's per scope.
+        return await self.records.nearest_many(collection, requests, **options)
+
     async def touch(self, collection: str, counts: Mapping[str, int], at: float) -> None:
         await self.records.touch(collection, counts, at)
 
