@@ -45,6 +45,7 @@ from memkit.errors import (
 if TYPE_CHECKING:
     from memkit._client import Memkit
     from memkit._context import Context, ContextConfig
+    from memkit._forget import UserForgotten
     from memkit._observe import ObserveConfig
     from memkit._registry import open_backend
     from memkit._url import StorageURL
@@ -85,6 +86,7 @@ _LAZY = {
     "Context": "memkit._context",
     "ContextConfig": "memkit._context",
     "ObserveConfig": "memkit._observe",
+    "UserForgotten": "memkit._forget",
     "open_backend": "memkit._registry",
     "StorageURL": "memkit._url",
     "Scope": "memkit.backend",
@@ -171,6 +173,7 @@ __all__ = [
     "StoreResult",
     "Turn",
     "UnknownSchemeError",
+    "UserForgotten",
     "ValidationError",
     "Weights",
     "__version__",

@@ -19,6 +19,7 @@ import anyio
 from memkit._background import BackgroundTask
 from memkit._config import DEFAULT_URL, ConfigChoice, resolve_config
 from memkit._context import Context, ContextConfig, build_context
+from memkit._forget import UserForgotten, forget_user
 from memkit._observe import ObserveConfig, Observer, check_messages, turn_writer
 from memkit._registry import open_backend
 from memkit._repr import short_repr
@@ -190,6 +191,13 @@ class Memkit:
     def checkpoints(self) -> Checkpoints:
         self._require_open("checkpoints")
         return self._checkpoints
+
+    async def forget_user(self, user_id: str) -> UserForgotten:
+        """Erase one user from every layer: memories, episodes, graph, working memory, checkpoints and short-term
+        sessions (whatever their agent or session), each on its layer's store; the shared tool cache is kept.
+        Returns what was deleted per layer. Run it again after a failure: what is left is deleted then."""
+        self._require_open("forget_user")
+        return await forget_user(self, user_id)
 
     async def context(
         self,

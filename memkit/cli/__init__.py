@@ -100,8 +100,8 @@ def _add_memory_commands(commands: Any, common: argparse.ArgumentParser) -> None
         command.add_argument("--user-id", help="the memory must be this user's (default: whoever's it is)")
         command.set_defaults(handler=_async(f"_commands.{name}"))
 
-    forget_all = commands.add_parser("forget-all", parents=[common], help="delete every memory, episode and graph of "
-                                     "a user (asks first)")  # fmt: skip
+    forget_all = commands.add_parser("forget-all", parents=[common], help="erase a user from every layer: memories, "
+                                     "episodes, graph, working memory, checkpoints, sessions (asks first)")  # fmt: skip
     forget_all.add_argument("--user-id", required=True)
     forget_all.add_argument("--yes", action="store_true", help="do not ask (needed when not on a terminal)")
     forget_all.set_defaults(handler=_async("_commands.forget_all"))

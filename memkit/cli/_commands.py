@@ -145,29 +145,17 @@ async def forget_all(args: argparse.Namespace) -> int:
     async with open_store(args.url, embedder=args.embedder) as mem:
         memories = await mem.backend.count(mem.long_term.config.collection, _scope(args.user_id))
         episodes = await mem.backend.count(mem.episodic.config.collection, _scope(args.user_id))
-        what = (f"forget all {memories} memories, {episodes} episodes and the knowledge graph of user "
-                f"{args.user_id!r} in {mem.url}")  # fmt: skip
+        what = (f"forget all {memories} memories, {episodes} episodes, the knowledge graph, working memory, "
+                f"checkpoints and sessions of user {args.user_id!r} in {mem.url}")  # fmt: skip
         await _confirm(args, what)
-        deleted = {"memories": await mem.long_term.forget_all(user_id=args.user_id),
-                   "episodes": await mem.episodic.forget_all(user_id=args.user_id),
-                   "graph_items": await _forget_graph(mem, args.user_id)}  # fmt: skip
+        gone = await mem.forget_user(args.user_id)
     if args.json:
-        print_json({"user_id": args.user_id, **deleted})
+        print_json(gone)
     else:
-        print(f"forgot {deleted['memories']} memories, {deleted['episodes']} episodes and {deleted['graph_items']} "
-              f"graph nodes and edges of user {args.user_id!r}")  # fmt: skip
+        print(f"forgot {gone.memories} memories, {gone.episodes} episodes, {gone.graph_items} graph nodes and edges, "
+              f"{gone.working_items} working-memory items, {gone.checkpoint_keys} checkpoint entries and "
+              f"{gone.sessions} sessions of user {args.user_id!r}")  # fmt: skip
     return ExitCode.OK
-
-
-async def _forget_graph(mem: Any, user_id: str) -> int:
-    """The user's graph, where this memkit and the store have one."""
-    from memkit.errors import ConfigurationError
-
-    try:
-        graph = mem.graph
-    except (AttributeError, ConfigurationError):
-        return 0
-    return int(await graph.forget_all(user_id=user_id))
 
 
 def _scope(user_id: str) -> Any:

@@ -135,7 +135,8 @@ def test_forget_all_asks_first(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "--yes" in refused.stderr
     assert len(ok_json("list", "--url", url)["memories"]) == 3
     assert ok_json("forget-all", "--user-id", "ada", "--yes", "--url", url) == {
-        "user_id": "ada", "memories": 2, "episodes": 0, "graph_items": 3,
+        "user_id": "ada", "memories": 2, "episodes": 0, "graph_items": 3, "working_items": 0, "checkpoint_keys": 0,
+        "sessions": 0,
     }  # fmt: skip
     assert [m["scope"]["user_id"] for m in ok_json("list", "--url", url)["memories"]] == ["bob"]
 

@@ -59,7 +59,10 @@ def test_forget_all_asks_on_a_terminal_and_deletes_only_on_yes(tmp_path: Path, a
     ok_json("store", "likes tea", "--user-id", "ada", "--url", url, "--embedder", "hashing")
     ok_json("store", "likes rock", "--user-id", "bob", "--url", url)
     code, shown = on_terminal(["forget-all", "--user-id", "ada", "--url", url], answer=answer)
-    assert "forget all 1 memories, 0 episodes and the knowledge graph of user 'ada'" in shown
+    assert (
+        "forget all 1 memories, 0 episodes, the knowledge graph, working memory, checkpoints and sessions of user 'ada'"
+        in shown
+    )
     assert "This cannot be undone. [y/N]" in shown
     users = [m["scope"]["user_id"] for m in ok_json("list", "--url", url)["memories"]]
     if deleted:
