@@ -41,6 +41,7 @@ from memkit_backends._embedded.indexes import (
     replace_verdict,
     require_dim,
 )
+from memkit_backends._embedded.pages import RowPages, owner_of
 from memkit_backends._embedded.text_scores import scaled_to_best
 
 __all__ = ["ColumnarCollection"]
@@ -60,6 +61,11 @@ def _bare(record: Record, dtype: StorageDtype) -> Record:
     return record
 
 
+def _owner_order(record: Record | None) -> tuple[int, str]:
+    axis, owner = owner_of(record.scope) if record is not None else (3, None)
+    return axis, owner or ""
+
+
 def _first_dim(records: Iterable[Record], dim: int | None) -> int | None:
     """The dimension of checked records: the collection's, or the first vector's."""
     if dim is not None:
@@ -76,6 +82,7 @@ class ColumnarCollection(RowColumns):
         self._row_of: dict[str, int] = {}
         self._fields = FieldIndex()
         self._lexical = Bm25Index()
+        self._pages = RowPages()
         self._dead = 0
 
     # -- storage -------------------------------------------------------------------------------
@@ -131,15 +138,15 @@ class ColumnarCollection(RowColumns):
             return
         if len(batch) > 1 and len({record.id for record in batch}) < len(batch):  # the last write of an id wins
             batch = list({record.id: record for record in batch}.values())
-        self._grow(len(self._records), len(batch))
+        used = len(self._records)
         rows, rewritten = [], []
         texts: list[tuple[int, list[str]]] = []
         for record in batch:
             row = self._row_of.get(record.id)
             same_fields = same_text = False
             if row is None:
-                row = len(self._records)
-                self._records.append(None)
+                row, end = self._pages.take(owner_of(record.scope), len(self._records))
+                self._records.extend([None] * (end - len(self._records)))  # the page's rows past this one: holes
                 self._row_of[record.id] = row
             else:
                 # A rewrite that changes only the body (a graph node's list of edges, a counter) keeps
@@ -157,6 +164,7 @@ class ColumnarCollection(RowColumns):
                 texts.append((row, tokenize(record.text) if words is None else words))
             rows.append(row)
         self._lexical.add_many(texts)
+        self._grow(used, len(self._records) - used)
         self._write_rows(rows, batch, rewritten, keep_counters)
 
     def _index_fields(self, row: int, record: Record) -> None:
@@ -221,22 +229,25 @@ class ColumnarCollection(RowColumns):
             del self._row_of[record_id]
             self._dead += 1
             deleted.append(record_id)
-        if self._dead >= _COMPACT_MIN_DEAD and self._dead * 2 >= len(self._records):
+        if self._dead >= _COMPACT_MIN_DEAD and self._dead >= len(self._row_of):  # half the records (holes aside)
             self._compact()
         return deleted
 
     def _compact(self) -> None:
-        live_rows = [row for row, record in enumerate(self._records) if record is not None]
-        live = [record for record in self._records if record is not None]
+        """The live rows written again, each owner's together (in their order: one run of pages each)."""
+        live_rows = sorted((row for row, record in enumerate(self._records) if record is not None),
+                           key=lambda row: _owner_order(self._records[row]))  # fmt: skip
+        live = [self._records[row] for row in live_rows]
         rows = np.asarray(live_rows, dtype=np.int64)
         old = (self._vectors, self._scales, self._access, self._last_access, self._has_vector)
         self._records, self._row_of, self._fields, self._lexical, self._dead = [], {}, FieldIndex(), Bm25Index(), 0
+        self._pages = RowPages()
         self._reset(len(live))
-        self.upsert(live)
+        self.upsert([record for record in live if record is not None])
         # Re-encoding quantized vectors would compound rounding error: copy the stored bits instead.
-        n = len(live)
-        self._vectors[:n], self._scales[:n] = old[0][rows], old[1][rows]
-        self._access[:n], self._last_access[:n], self._has_vector[:n] = old[2][rows], old[3][rows], old[4][rows]
+        new = np.asarray([self._row_of[record.id] for record in live if record is not None], dtype=np.int64)
+        self._vectors[new], self._scales[new] = old[0][rows], old[1][rows]
+        self._access[new], self._last_access[new], self._has_vector[new] = old[2][rows], old[3][rows], old[4][rows]
 
     # -- reads ----------------------------------------------------------------------------------
     def _out(self, row: int) -> Record:

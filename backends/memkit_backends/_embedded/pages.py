@@ -1,0 +1,58 @@
+"""Where a new record's row goes: near its owner's other rows.
+
+A scope's scan (a recall's vector pass, a store's near-duplicate check) reads its rows' vectors. Appended in
+arrival order, the rows of 100 users writing in turns were 1.5 KB each and ~150 KB apart: every row started
+with a TLB miss and a memory round trip the prefetcher could not hide. Here each owner (the scope's user,
+else its agent, else its session) takes rows in pages at the end of the columns, so its rows sit in runs:
+measured on 100 users' 100k rows of dimension 384, one query against a user's 1,000 rows took 55 us in
+runs of 64 against 150 us scattered, and a batch's near-duplicate check 13-15 ms against 22 ms.
+
+A page holds half as many rows as its owner has taken before it, from 1 up to ``MAX_PAGE_ROWS``: a small
+owner wastes at most a third of its rows, a large one at most a page. Rows of one owner still ascend in
+arrival order (a page is always taken past every row before it), which the kernels' ties rely on.
+Unused rows of a page are holes: never alive, skipped like deleted rows, and not counted as deleted.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from memkit.backend import Scope
+
+__all__ = ["MAX_PAGE_ROWS", "RowPages", "owner_of"]
+
+MAX_PAGE_ROWS: Final = 64
+"""Rows a page holds at most: a run of 64 rows of 384 float32 is 96 KB, long enough for the prefetcher (runs
+of 16 were 76 us for the query above, of 64 and more 53-55 us); at most 63 holes per owner."""
+
+
+def owner_of(scope: Scope) -> tuple[int, str | None]:
+    """The scope's owner: the first id it has, by axis (a user id never shares pages with an agent id)."""
+    if scope.user_id is not None:
+        return 0, scope.user_id
+    if scope.agent_id is not None:
+        return 1, scope.agent_id
+    return 2, scope.session_id
+
+
+class RowPages:
+    """Each owner's open page: its next free row, the row past the page, and the rows the owner has taken."""
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[int, str | None], list[int]] = {}
+
+    def take(self, owner: tuple[int, str | None], end: int) -> tuple[int, int]:
+        """A row for a new record of ``owner``, and how many rows the columns hold after it (``end`` before):
+        the owner's open page's next row, else the first row of a new page that starts at ``end``."""
+        page = self._open.get(owner)
+        if page is not None and page[0] < page[1]:
+            row = page[0]
+            page[0] += 1
+            page[2] += 1
+            return row, end
+        taken = 0 if page is None else page[2]
+        size = max(1, min(MAX_PAGE_ROWS, taken // 2))
+        self._open[owner] = [end + 1, end + size, taken + 1]
+        return end, end + size
