@@ -66,7 +66,10 @@ class RowColumns:
             return
         old = {name: getattr(self, name) for name in _ROW_COLUMNS}
         old_scope = self._scope
-        self._allocate(max(needed, capacity * 2))
+        # Powers of two from _MIN_CAPACITY, whatever the batches: a growth holds the old and the new columns
+        # at once (the process's peak), and capacities that followed the first batch's size (1,300 rows
+        # with its pages' holes) moved the last growth of a 100k ingest to 90k rows, 70 MB higher.
+        self._allocate(_MIN_CAPACITY << max(0, (needed - 1) // _MIN_CAPACITY).bit_length())
         for name, values in old.items():
             getattr(self, name)[:used] = values[:used]
         self._scope[:, :used] = old_scope[:, :used]
