@@ -192,22 +192,17 @@ async def _plan_group(
     pending = _pending(memories, stored)
     near = await _stored_neighbours(backend, config, [memories[i] for i in pending], found, exclude=exclude,
                                     reembed=reembed)  # fmt: skip
-    if any(memories[i].context is not None for i in pending):  # contents alone decide (see _shown_similarity)
-        batch = np.asarray(await reembed([memories[i].content for i in pending]), dtype=np.float32)
-        batch /= np.maximum(np.linalg.norm(batch, axis=1, keepdims=True), 1e-12)
-    else:
-        batch = np.stack([vectors[i] for i in pending]) if pending else np.zeros((0, 1), np.float32)
-    within = batch @ batch.T  # every pair of the batch, once
-    kept = np.zeros(len(pending), bool)  # which positions of ``pending`` were kept as new memories
+    close = await _close_earlier(memories, vectors, pending, config.merge_threshold, reembed)
+    kept = [False] * len(pending)  # which positions of ``pending`` were kept as new memories
     for j, at in enumerate(pending):
         memory = memories[at]
         if memory.id in plan.fresh:  # the same text earlier in this batch
             plan.results[at] = StoreResult(status="duplicate", memory=plan.fresh[memory.id][1])
             continue
-        earlier = np.flatnonzero((within[j, :j] >= config.merge_threshold) & kept[:j])
+        earlier = next((i for i in close.get(j, ()) if kept[i]), None)
         verdict = near[j]
-        if earlier.size:
-            plan.merges[memories[pending[int(earlier[0])]].id].append((at, memory))
+        if earlier is not None:
+            plan.merges[memories[pending[earlier]].id].append((at, memory))
         elif isinstance(verdict, Memory):  # the same text, stored by another client since _existing looked
             plan.results[at] = StoreResult(status="duplicate", memory=verdict)
         elif isinstance(verdict, str):
@@ -216,6 +211,25 @@ async def _plan_group(
             plan.fresh[memory.id] = (at, memory, vectors[at])
             kept[j] = True
     return plan
+
+
+async def _close_earlier(
+    memories: list[Memory], vectors: list[Any], pending: list[int], threshold: float, reembed: Embed
+) -> dict[int, list[int]]:
+    """For each pending memory (by its place in ``pending``), the earlier pending ones at least ``threshold``
+    similar, ascending: by their contents alone where a context was indexed. Found for all pairs at once (a
+    numpy call per memory was a twentieth of a batch; most memories have none)."""
+    if len(pending) < 2:
+        return {}
+    if any(memories[i].context is not None for i in pending):  # contents alone decide (see _shown_similarity)
+        batch = np.asarray(await reembed([memories[i].content for i in pending]), dtype=np.float32)
+        batch /= np.maximum(np.linalg.norm(batch, axis=1, keepdims=True), 1e-12)
+    else:
+        batch = np.stack([vectors[i] for i in pending])
+    close: dict[int, list[int]] = {}
+    for later, earlier in np.argwhere(np.tril(batch @ batch.T >= threshold, -1)).tolist():  # row-major: ascending
+        close.setdefault(later, []).append(earlier)
+    return close
 
 
 async def _existing(backend: Backend, collection: str, memories: list[Memory], *, overlap: bool) -> dict[str, Memory]:
