@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from memkit._concurrency import both, gather_bounded
 from memkit._time import now_epoch, utcnow
@@ -193,16 +194,17 @@ async def _plan_group(
     near = await _stored_neighbours(backend, config, [memories[i] for i in pending], found, exclude=exclude,
                                     reembed=reembed)  # fmt: skip
     close = await _close_earlier(memories, vectors, pending, config.merge_threshold, reembed)
-    kept = [False] * len(pending)  # which positions of ``pending`` were kept as new memories
+    any_close: npt.NDArray[np.bool_] = np.any(close, axis=1)
+    kept = np.zeros(len(pending), bool)  # which positions of ``pending`` were kept as new memories
     for j, at in enumerate(pending):
         memory = memories[at]
         if memory.id in plan.fresh:  # the same text earlier in this batch
             plan.results[at] = StoreResult(status="duplicate", memory=plan.fresh[memory.id][1])
             continue
-        earlier = next((i for i in close.get(j, ()) if kept[i]), None)
+        earlier = np.flatnonzero(close[j, :j] & kept[:j]) if any_close[j] else _NONE_EARLIER
         verdict = near[j]
-        if earlier is not None:
-            plan.merges[memories[pending[earlier]].id].append((at, memory))
+        if earlier.size:
+            plan.merges[memories[pending[int(earlier[0])]].id].append((at, memory))
         elif isinstance(verdict, Memory):  # the same text, stored by another client since _existing looked
             plan.results[at] = StoreResult(status="duplicate", memory=verdict)
         elif isinstance(verdict, str):
@@ -213,22 +215,24 @@ async def _plan_group(
     return plan
 
 
+_NONE_EARLIER = np.zeros(0, np.int64)
+
+
 async def _close_earlier(
     memories: list[Memory], vectors: list[Any], pending: list[int], threshold: float, reembed: Embed
-) -> dict[int, list[int]]:
-    """For each pending memory (by its place in ``pending``), the earlier pending ones at least ``threshold``
-    similar, ascending: by their contents alone where a context was indexed. Found for all pairs at once (a
-    numpy call per memory was a twentieth of a batch; most memories have none)."""
+) -> npt.NDArray[np.bool_]:
+    """Which earlier pending memories each pending memory is at least ``threshold`` similar to (row: the later
+    one, by its place in ``pending``; lower triangle only): by their contents alone where a context was
+    indexed. A memory none is close to (most) then costs no numpy call, and a single memory (a store()) no
+    product at all: numpy's calls per memory were a twentieth of a batch and a tenth of a store()'s plan."""
     if len(pending) < 2:
-        return {}
+        return np.zeros((len(pending), len(pending)), bool)
     if any(memories[i].context is not None for i in pending):  # contents alone decide (see _shown_similarity)
         batch = np.asarray(await reembed([memories[i].content for i in pending]), dtype=np.float32)
         batch /= np.maximum(np.linalg.norm(batch, axis=1, keepdims=True), 1e-12)
     else:
         batch = np.stack([vectors[i] for i in pending])
-    close: dict[int, list[int]] = {}
-    for later, earlier in np.argwhere(np.tril(batch @ batch.T >= threshold, -1)).tolist():  # row-major: ascending
-        close.setdefault(later, []).append(earlier)
+    close: npt.NDArray[np.bool_] = np.tril(batch @ batch.T >= threshold, -1)
     return close
 
 
