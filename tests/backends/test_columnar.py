@@ -6,7 +6,6 @@ import time
 
 import numpy as np
 from memkit_backends._embedded.columnar import ColumnarCollection
-from memkit_backends._embedded.pages import MAX_PAGE_ROWS
 
 from memkit.backend import Query, Scope, Weights
 from memkit.testing import make_record
@@ -20,8 +19,8 @@ def test_growth_delete_and_compaction_keep_results_right() -> None:
         collection.upsert(records[start : start + 500])
     assert len(collection) == 3000
     collection.delete([r.id for r in records[:2000]])
-    # Compaction happened: the arrays hold the live rows now, and at most a page of holes per owner.
-    assert 1000 <= collection.columns().n_rows < 1000 + 3 * MAX_PAGE_ROWS
+    # Compaction happened: the arrays hold only the live rows now, each owner's in one run, no holes.
+    assert collection.columns().n_rows == 1000
     query = Query(scope=Scope(user_id="user1"), vector=unit(2500), text="word2500", k=3, now=time.time(),
                   weights=Weights(similarity=1.0, lexical=0.0, recency=0.0, importance=0.0))  # fmt: skip
     hits = collection.query(query)

@@ -41,7 +41,7 @@ from memkit_backends._embedded.indexes import (
     replace_verdict,
     require_dim,
 )
-from memkit_backends._embedded.pages import RowPages, owner_of
+from memkit_backends._embedded.pages import RowPages, most_rows, owner_of
 from memkit_backends._embedded.text_scores import scaled_to_best
 
 __all__ = ["ColumnarCollection"]
@@ -110,7 +110,7 @@ class ColumnarCollection(RowColumns):
     def reserve(self, rows: int) -> None:
         """Room for ``rows`` more rows at once (a cache about to load that many: growing by doubling copied
         the columns a dozen times)."""
-        self._grow(len(self._records), rows)
+        self._grow(len(self._records), rows + rows // 4)  # pages leave under a quarter of the rows as holes
 
     def check_records(self, records: Iterable[Record]) -> int | None:
         """The collection's dimension after these records; raises, changing nothing, on a record the store
@@ -124,12 +124,14 @@ class ColumnarCollection(RowColumns):
         keep_counters: bool = True,
         tokens: Mapping[str, list[str]] | None = None,
         checked: bool = False,
+        dense: bool = False,
     ) -> None:
         """Validate every record first, then write: all or nothing. A record already here keeps its access
         counters (the contract's rule); ``keep_counters=False`` takes them from the records instead (a
         cache loading what its store holds). ``tokens``: a record's text already tokenized, by id (a
         cache loading a file that stores them: tokenizing 100k texts again added 4 s to an open).
-        ``checked``: the caller checked the records against this collection already (``check_records``)."""
+        ``checked``: the caller checked the records against this collection already (``check_records``).
+        ``dense``: the records come owner by owner (a compaction): new rows are taken one after another."""
         dim = _first_dim(records, self.dim) if checked else self.check_records(records)
         if dim is not None:
             self.set_dim(dim)
@@ -139,13 +141,16 @@ class ColumnarCollection(RowColumns):
         if len(batch) > 1 and len({record.id for record in batch}) < len(batch):  # the last write of an id wins
             batch = list({record.id: record for record in batch}.values())
         used = len(self._records)
+        # Room first, before anything changes: a failed growth (out of memory) leaves the collection as it was.
+        fresh = [record.scope for record in batch if record.id not in self._row_of]
+        self._grow(used, most_rows(len(fresh), len({owner_of(scope) for scope in fresh})))
         rows, rewritten = [], []
         texts: list[tuple[int, list[str]]] = []
         for record in batch:
             row = self._row_of.get(record.id)
             same_fields = same_text = False
             if row is None:
-                row, end = self._pages.take(owner_of(record.scope), len(self._records))
+                row, end = self._pages.take(owner_of(record.scope), len(self._records), dense=dense)
                 self._records.extend([None] * (end - len(self._records)))  # the page's rows past this one: holes
                 self._row_of[record.id] = row
             else:
@@ -164,7 +169,6 @@ class ColumnarCollection(RowColumns):
                 texts.append((row, tokenize(record.text) if words is None else words))
             rows.append(row)
         self._lexical.add_many(texts)
-        self._grow(used, len(self._records) - used)
         self._write_rows(rows, batch, rewritten, keep_counters)
 
     def _index_fields(self, row: int, record: Record) -> None:
@@ -243,7 +247,7 @@ class ColumnarCollection(RowColumns):
         self._records, self._row_of, self._fields, self._lexical, self._dead = [], {}, FieldIndex(), Bm25Index(), 0
         self._pages = RowPages()
         self._reset(len(live))
-        self.upsert([record for record in live if record is not None])
+        self.upsert([record for record in live if record is not None], dense=True)
         # Re-encoding quantized vectors would compound rounding error: copy the stored bits instead.
         new = np.asarray([self._row_of[record.id] for record in live if record is not None], dtype=np.int64)
         self._vectors[new], self._scales[new] = old[0][rows], old[1][rows]

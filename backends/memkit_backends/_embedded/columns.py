@@ -145,13 +145,16 @@ class RowColumns:
         new = [(acquire(r.scope.user_id), acquire(r.scope.agent_id), acquire(r.scope.session_id)) for r in batch]
         self._scope[:, rows] = np.array(new, dtype=np.int32).T
         before = {row: tuple(codes) for row, codes in zip(rewritten, old, strict=True)}
+        added: tuple[list[int], list[tuple[int, int, int]]] = ([], [])
         for row, codes in zip(rows.tolist(), new, strict=True):
             held = before.get(row)
             if held == codes:
                 continue  # rewritten in its scope (a graph node's list): its place in the scope index holds
             if held is not None:
                 self._scope_rows.remove(row, held)
-            self._scope_rows.add(row, codes)
+            added[0].append(row)
+            added[1].append(codes)
+        self._scope_rows.add_many(*added)
         for codes in old:
             for code in codes:
                 self._interner.release(code)

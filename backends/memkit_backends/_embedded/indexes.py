@@ -281,6 +281,25 @@ class _SortedRows:
             self._rows[at] = row
         self._size = size + 1
 
+    def add_many(self, rows: npt.NDArray[np.int64]) -> None:
+        """Rows none of which is held, ascending: appended when all are past the last, else merged in one
+        pass (an agent's rows across its users' pages arrive out of order: one insert each shifted the tail,
+        and a batch of 1,000 took 15 ms at 200k rows)."""
+        size = self._size
+        if size == 0 or rows[0] > self._rows[size - 1]:
+            merged = rows
+            at = size
+        else:
+            held = self._rows[:size]
+            merged = np.insert(held, np.searchsorted(held, rows), rows)  # one copy, no sort
+            at = 0
+        if at + merged.shape[0] > self._rows.shape[0]:
+            grown = np.empty(max(at + merged.shape[0], 2 * self._rows.shape[0]), np.int64)
+            grown[:at] = self._rows[:at]
+            self._rows = grown
+        self._rows[at : at + merged.shape[0]] = merged
+        self._size = at + merged.shape[0]
+
     def remove(self, row: int) -> None:
         size = self._size
         at = int(np.searchsorted(self._rows[:size], row))
@@ -296,6 +315,8 @@ class _SortedRows:
 
 _NONE = np.zeros(0, np.int64)
 _NONE.flags.writeable = False
+_FEW_ROWS = 8
+"""A scope id's new rows in one batch below this many are added one by one."""
 
 
 class ScopeRows:
@@ -313,6 +334,23 @@ class ScopeRows:
                 if found is None:
                     found = axis[code] = _SortedRows()
                 found.add(row)
+
+    def add_many(self, rows: Sequence[int], codes: Sequence[Sequence[int]]) -> None:
+        """``add`` for each (row, its codes): each scope id's new rows merged in at once."""
+        by_id: dict[tuple[int, int], list[int]] = {}
+        for row, row_codes in zip(rows, codes, strict=True):
+            for axis, code in enumerate(row_codes):
+                if code >= 0:
+                    by_id.setdefault((axis, code), []).append(row)
+        for (axis, code), new_rows in by_id.items():
+            found = self._axes[axis].get(code)
+            if found is None:
+                found = self._axes[axis][code] = _SortedRows()
+            if len(new_rows) < _FEW_ROWS:  # a user's one or two rows of the batch: numpy's calls cost more
+                for row in new_rows:
+                    found.add(row)
+            else:
+                found.add_many(np.sort(np.asarray(new_rows, np.int64)))
 
     def remove(self, row: int, codes: Sequence[int]) -> None:
         for axis, code in zip(self._axes, codes, strict=True):
