@@ -61,8 +61,8 @@ def _bare(record: Record, dtype: StorageDtype) -> Record:
     return record
 
 
-def _owner_order(record: Record | None) -> tuple[int, str]:
-    axis, owner = owner_of(record.scope) if record is not None else (3, None)
+def _owner_order(record: Record) -> tuple[int, str]:
+    axis, owner = owner_of(record.scope)
     return axis, owner or ""
 
 
@@ -239,17 +239,17 @@ class ColumnarCollection(RowColumns):
 
     def _compact(self) -> None:
         """The live rows written again, each owner's together (in their order: one run of pages each)."""
-        live_rows = sorted((row for row, record in enumerate(self._records) if record is not None),
-                           key=lambda row: _owner_order(self._records[row]))  # fmt: skip
-        live = [self._records[row] for row in live_rows]
-        rows = np.asarray(live_rows, dtype=np.int64)
+        held = sorted(((row, record) for row, record in enumerate(self._records) if record is not None),
+                      key=lambda pair: _owner_order(pair[1]))  # fmt: skip
+        live = [record for _, record in held]
+        rows = np.asarray([row for row, _ in held], dtype=np.int64)
         old = (self._vectors, self._scales, self._access, self._last_access, self._has_vector)
         self._records, self._row_of, self._fields, self._lexical, self._dead = [], {}, FieldIndex(), Bm25Index(), 0
         self._pages = RowPages()
         self._reset(len(live))
-        self.upsert([record for record in live if record is not None], dense=True)
+        self.upsert(live, dense=True)
         # Re-encoding quantized vectors would compound rounding error: copy the stored bits instead.
-        new = np.asarray([self._row_of[record.id] for record in live if record is not None], dtype=np.int64)
+        new = np.asarray([self._row_of[record.id] for record in live], dtype=np.int64)
         self._vectors[new], self._scales[new] = old[0][rows], old[1][rows]
         self._access[new], self._last_access[new], self._has_vector[new] = old[2][rows], old[3][rows], old[4][rows]
 
