@@ -6,17 +6,19 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+
+def run_benchmark(name: str, args: list[str], tmp_path: Path) -> tuple[Any, Path]:
+    """``python -m benchmarks.NAME ARGS --json --plot`` in a subprocess: its JSON figures and its PNG's path."""
+    out, png = tmp_path / f"{name}.json", tmp_path / f"{name}.png"
+    subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *args, "--json", str(out), "--plot", str(png)],
+                   check=True, capture_output=True, timeout=600)  # fmt: skip
+    return json.loads(out.read_text()), png
 
 
 def test_scoring_benchmark_writes_json_and_plot(tmp_path: Path) -> None:
-    out = tmp_path / "scoring.json"
-    png = tmp_path / "scoring.png"
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.scoring", "--sizes", "3000", "--repeats", "3",
-         "--json", str(out), "--plot", str(png)],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
-    rows = json.loads(out.read_text())
+    rows, png = run_benchmark("scoring", ["--sizes", "3000", "--repeats", "3"], tmp_path)
     assert [row["dtype"] for row in rows] == ["float32", "float16", "int8"]
     for row in rows:
         assert set(row) >= {"n", "dtype", "fused_ms", "numpy_ms", "floor_ms", "recall_at_10"}
@@ -25,12 +27,7 @@ def test_scoring_benchmark_writes_json_and_plot(tmp_path: Path) -> None:
 
 
 def test_session_benchmark_writes_its_figures(tmp_path: Path) -> None:
-    out, png = tmp_path / "session.json", tmp_path / "session.png"
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.session", "--turns", "60", "--json", str(out), "--plot", str(png)],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
-    figures = json.loads(out.read_text())
+    figures, png = run_benchmark("session", ["--turns", "60"], tmp_path)
     for key in ("add_p50_us", "add_p99_us", "compaction_ms", "facts_kept", "wm_set_us", "wm_context_us"):
         assert figures[key] >= 0, key
     assert figures["folds"] >= 1 and figures["over_budget"] == 0
@@ -39,12 +36,7 @@ def test_session_benchmark_writes_its_figures(tmp_path: Path) -> None:
 
 
 def test_state_benchmark_writes_its_figures(tmp_path: Path) -> None:
-    out, png = tmp_path / "state.json", tmp_path / "state.png"
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.state", "--backends", "memory", "--json", str(out), "--plot", str(png)],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
-    figures = json.loads(out.read_text())
+    figures, png = run_benchmark("state", ["--backends", "memory"], tmp_path)
     (row,) = figures["cache"]
     assert row["backend"] == "memory" and row["single_flight_calls"] == 1
     assert row["cache_hit_us"] > 0 and "cache_miss_overhead_us" in row
@@ -58,13 +50,7 @@ def test_state_benchmark_writes_its_figures(tmp_path: Path) -> None:
 
 
 def test_graph_benchmark_writes_its_figures(tmp_path: Path) -> None:
-    out, png = tmp_path / "graph.json", tmp_path / "graph.png"
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.graph", "--backends", "memory", "--scale", "0.02", "--episodes", "200",
-         "--json", str(out), "--plot", str(png)],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
-    figures = json.loads(out.read_text())
+    figures, png = run_benchmark("graph", ["--backends", "memory", "--scale", "0.02", "--episodes", "200"], tmp_path)
     [row] = figures["backends"]
     assert figures["nodes"] == 200 and figures["edges"] == 1000
     assert row["graph_lost_updates"] == 0 and row["graph_upsert_per_s"] > 0 and row["graph_2hop_nodes_mean"] > 1
@@ -74,26 +60,16 @@ def test_graph_benchmark_writes_its_figures(tmp_path: Path) -> None:
 
 
 def test_context_benchmark_writes_its_figures(tmp_path: Path) -> None:
-    out, png = tmp_path / "context.json", tmp_path / "context.png"
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.context", "--embedder", "hashing", "--users", "3", "--contexts", "5",
-         "--observes", "10", "--json", str(out), "--plot", str(png)],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
-    figures = json.loads(out.read_text())
+    figures, png = run_benchmark(
+        "context", ["--embedder", "hashing", "--users", "3", "--contexts", "5", "--observes", "10"], tmp_path
+    )
     for key in ("context_p50_ms", "context_p95_ms", "observe_return_p50_us", "observe_to_recallable_p50_ms"):
         assert figures[key] > 0, key
     assert png.stat().st_size > 10_000
 
 
 def test_ingest_benchmark_writes_its_figures(tmp_path: Path) -> None:
-    out, png = tmp_path / "ingest.json", tmp_path / "ingest.png"
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.ingest", "--sizes", "3000", "--backends", "memory,sqlite",
-         "--json", str(out), "--plot", str(png)],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
-    figures = json.loads(out.read_text())
+    figures, png = run_benchmark("ingest", ["--sizes", "3000", "--backends", "memory,sqlite"], tmp_path)
     rows = figures["rows"]
     assert [(r["backend"], r["api"]) for r in rows] == [
         ("memory", "store_many"),
@@ -110,13 +86,7 @@ def test_ingest_benchmark_writes_its_figures(tmp_path: Path) -> None:
 
 
 def test_backends_benchmark_writes_its_figures(tmp_path: Path) -> None:
-    out, png = tmp_path / "backends.json", tmp_path / "backends.png"
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.backends", "--backends", "memory,sqlite", "--sizes", "500",
-         "--json", str(out), "--plot", str(png)],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
-    rows = json.loads(out.read_text())
+    rows, png = run_benchmark("backends", ["--backends", "memory,sqlite", "--sizes", "500"], tmp_path)
     assert [(r["backend"], r["n"]) for r in rows] == [("memory", 500), ("sqlite", 500)]
     assert all(r["ingest_per_s"] > 0 and 0 < r["recall_p50_ms"] <= r["recall_p95_ms"] for r in rows)
     assert png.stat().st_size > 10_000
