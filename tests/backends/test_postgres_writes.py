@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import AsyncIterator
 
@@ -74,3 +75,18 @@ async def test_string_filters_match_alike_with_and_without_a_scope(backend: Post
         scoped = await backend.scan(COLLECTION, Scope(user_id="alice"), filters={"k": wanted}, limit=20)
         everywhere = await backend.scan(COLLECTION, Scope(), filters={"k": wanted}, limit=20, all_scopes=True)
         assert {r.id for r in scoped.records} == {r.id for r in everywhere.records} == expected, wanted
+
+
+async def test_a_bulk_write_lays_each_scope_s_rows_side_by_side(backend: PostgresBackend) -> None:
+    """A COPY-sized batch of users writing in turns is stored scope by scope (in heap order), not in id order:
+    a near-duplicate check or a dedupe scan of one user reads its rows' pages, and in id order (a digest)
+    each user's rows had been spread one to a page (at 100k, store() took 8.1 ms, 3.8 ms after)."""
+    users = [f"user{u}" for u in range(8)]
+    records = [make_record(f"{(i * 7919) % 1000:04d}", users[i % len(users)]) for i in range(200)]  # ids out of order
+    await backend.upsert(COLLECTION, records)
+    async with backend.pool.acquire() as conn:
+        heap_order = [row["user_id"] for row in await conn.fetch(
+            f"SELECT user_id FROM {backend._records(COLLECTION)} ORDER BY ctid")]  # fmt: skip
+    runs = 1 + sum(a != b for a, b in itertools.pairwise(heap_order))
+    assert sorted(heap_order) == sorted(str(r.scope.user_id) for r in records)
+    assert runs == len(users), heap_order[:20]
