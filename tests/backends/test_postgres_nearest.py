@@ -88,12 +88,13 @@ async def backend(postgres_url: str, request: pytest.FixtureRequest) -> AsyncIte
         yield backend
 
 
-@pytest.mark.parametrize("whole_scope_below", [5_000, 0], ids=["whole-scope", "candidate-lists"])
+@pytest.mark.parametrize("whole_scope_below", [5_000, 2, 0], ids=["whole-scope", "gated-to-lists", "candidate-lists"])
 async def test_nearest_answers_as_the_default_loop(
     backend: PostgresBackend, whole_scope_below: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ids, order and similarities (float32, as the kernel reports them) equal the default's, one query per
-    vector, through either path of the hybrid query: the scope scored whole, or each vector's candidate list."""
+    vector, through either path of the hybrid query: the scope scored whole, or each vector's candidate list
+    (chosen in the statement when a scope has more rows than ``whole_scope_below``: every scope here has 3+)."""
     monkeypatch.setattr(_backend, "_EXACT_SCOPE", whole_scope_below)
     records, probes = _corpus(np.random.default_rng(7))
     await backend.upsert(COLLECTION, records)
@@ -110,7 +111,7 @@ async def test_nearest_answers_as_the_default_loop(
     assert await backend.nearest(*args, min_similarity=just_above, now=NOW) == [[]]
     assert await RecordStore.nearest(backend, *args, min_similarity=just_above, now=NOW) == [[]]
     carol = await backend.nearest(COLLECTION, Scope(user_id="carol"), [probes[3]], k=3, now=NOW)
-    unscored = ["c-none"] if whole_scope_below else []  # scored 0 where the scope is scored whole, as by default
+    unscored = ["c-none"] if whole_scope_below >= 3 else []  # scored 0 where carol's 3 rows are scored whole
     assert [i for i, _ in carol[0]] == ["c-same", *unscored, "c-opposite"]
     twins = await backend.nearest(COLLECTION, ALICE, [probes[0]], k=6, now=NOW)  # one vector under 5 ids
     assert [i for i, _ in twins[0][:5]] == ["a007", "dup-B", "dup-b", "dup-z", "dup-é"]  # code-point order
