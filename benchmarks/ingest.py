@@ -15,7 +15,9 @@ For each backend and size n, in one run:
 Vectors come from an ``Embedder`` that looks them up (``LookupEmbedder``), so the model is not measured.
 Also, on memory:// at the largest size, the recall p50 through ``long_term.recall`` next to the scoring
 kernel's own time on the same rows (``memkit.scoring.top_k`` over the user's rows, which is what the API's
-query scores), so the API's overhead shows as a ratio; and ``store_many_floor_per_s``: the rate a batch
+query scores), so the API's overhead shows as a ratio, and beside it the BM25 scoring of the same rows plus the
+kernel with those text scores (``kernels_with_text_p50_ms``: all a default, hybrid recall scores); and
+``store_many_floor_per_s``: the rate a batch
 could reach if reading every stored vector once (which an exact near-duplicate check of a batch spread over
 every user must do) were all it cost, timed with ``memkit.scoring.stream_floor`` on the same matrix.
 """
@@ -220,33 +222,50 @@ async def bench_size(url: str, n: int, progress: tqdm) -> tuple[list[dict[str, A
 async def recall_overhead(mem: Any, items: Sequence[tuple[str, str]], vectors: CorpusVectors) -> dict[str, Any]:
     """Public-API recall p50 against the kernel alone, over the same rows with the same query."""
     from memkit.backend import Query, Scope
-    from memkit.scoring import ScoreParams, stream_floor, top_k
+    from memkit.scoring import stream_floor
 
     lt = mem.long_term
     rng = np.random.default_rng(11)
     collection = mem.backend._store.collection(lt.config.collection)  # memory://'s columnar arrays
-    api, kernel = [], []
+    api, kernel, with_text = [], [], []
     queries = [items[int(rng.integers(0, len(items)))] for _ in range(200)]
     vectors.pin([text for _, text in queries])
     for user, text in queries:
         started = time.perf_counter()
         await lt.recall(text, user_id=user, k=10)
         api.append(time.perf_counter() - started)
-        query = Query(scope=Scope(user_id=user), vector=vectors[text], k=10, now=time.time())
-        want = collection._scope_want(query.scope)
-        params = ScoreParams.from_query(query)
-        started = time.perf_counter()
-        rows = collection.candidate_rows(want, None)
-        top_k(collection.columns(), params, 10, scope_want=want, query=query.vector, rows=rows)
-        kernel.append(time.perf_counter() - started)
-    api_ms, kernel_ms = float(np.median(api)) * 1000, float(np.median(kernel)) * 1000
+        query = Query(scope=Scope(user_id=user), vector=vectors[text], text=text, k=10, now=time.time())
+        dense, both = _scoring_s(collection, query)
+        kernel.append(dense)
+        with_text.append(both)
+    api_ms, kernel_ms, text_ms = (float(np.median(times)) * 1000 for times in (api, kernel, with_text))
     columns = collection.columns()
     stream_floor(columns.vectors, columns.n_rows)  # compiled and warm before it is timed
     started = time.perf_counter()
     stream_floor(columns.vectors, columns.n_rows)
     floor_s = time.perf_counter() - started
     return {"backend": "memory", "n": len(collection), "recall_api_p50_ms": api_ms, "kernel_p50_ms": kernel_ms,
-            "api_over_kernel": api_ms / kernel_ms, "store_many_floor_per_s": BATCH / floor_s}  # fmt: skip
+            "api_over_kernel": api_ms / kernel_ms, "kernels_with_text_p50_ms": text_ms,
+            "api_over_kernels_with_text": api_ms / text_ms, "store_many_floor_per_s": BATCH / floor_s}  # fmt: skip
+
+
+def _scoring_s(collection: Any, query: Any) -> tuple[float, float]:
+    """Seconds the scoring alone takes for ``query`` over its user's rows: the fused kernel on similarity (the
+    issue's "kernel"), and BM25 over the same rows then the kernel with those text scores (what a default,
+    hybrid recall scores; the API's overhead is what it spends beyond this)."""
+    from memkit.scoring import ScoreParams, top_k
+
+    want = collection._scope_want(query.scope)
+    params = ScoreParams.from_query(query)
+    started = time.perf_counter()
+    rows = collection.candidate_rows(want, None)
+    top_k(collection.columns(), params, 10, scope_want=want, query=query.vector, rows=rows)
+    dense = time.perf_counter() - started
+    started = time.perf_counter()
+    rows = collection.candidate_rows(want, None)
+    lexical = collection._lexical_scores(query.text, want, len(collection._records), rows)
+    top_k(collection.columns(), params, 10, scope_want=want, query=query.vector, lexical=lexical, rows=rows)
+    return dense, time.perf_counter() - started
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -271,6 +290,7 @@ async def amain(args: argparse.Namespace) -> None:
     print_table(rows, ["backend", "n", "api", "per_s", "per_s_median_last_batches", "rss_peak_mb"])
     if overheads:
         print_table(overheads, ["backend", "n", "recall_api_p50_ms", "kernel_p50_ms", "api_over_kernel",
+                                "kernels_with_text_p50_ms", "api_over_kernels_with_text",
                                 "store_many_floor_per_s"])  # fmt: skip
     write_json(args.json_path, {"rows": rows, "recall_overhead": overheads})
     if args.plot:

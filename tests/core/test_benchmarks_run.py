@@ -82,6 +82,7 @@ def test_ingest_benchmark_writes_its_figures(tmp_path: Path) -> None:
         assert row["rss_peak_mb"] > 0
     [overhead] = figures["recall_overhead"]
     assert overhead["backend"] == "memory" and overhead["recall_api_p50_ms"] > 0 and overhead["kernel_p50_ms"] > 0
+    assert overhead["kernels_with_text_p50_ms"] > overhead["kernel_p50_ms"]  # BM25 over the same rows, then the kernel
     assert png.stat().st_size > 10_000
 
 
