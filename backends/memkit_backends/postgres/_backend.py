@@ -158,12 +158,13 @@ class PostgresBackend(PostgresKeyValue):
             "expires_at double precision, fields jsonb, embedding vector) ON COMMIT DELETE ROWS"
         )
         await conn.copy_records_to_table("memkit_staging", records=rows)
-        # Written scope by scope: DISTINCT ON sorts by id (a digest), which spread each user's rows one to a heap
-        # page, so a near-duplicate check or a dedupe scan of a user read a page per row.
+        # Written scope by scope: in id order alone (a digest) each user's rows went one to a heap page, so a
+        # near-duplicate check or a dedupe scan of a user read a page per row. By id within a scope, so two
+        # batches writing the same records lock them in one order (a record's id is tied to its scope).
         source = (
             "SELECT * FROM (SELECT DISTINCT ON (id) id, user_id, agent_id, session_id, body, text, tokens, "
             "importance, ts, expires_at, fields, embedding::{vt} AS embedding FROM memkit_staging) staged "
-            "ORDER BY user_id, agent_id, session_id, ts"
+            "ORDER BY user_id, agent_id, session_id, id"
         )
         await conn.execute(self._insert_sql(collection, source))
 
