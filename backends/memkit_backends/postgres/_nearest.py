@@ -14,10 +14,7 @@ ORDINALITY, and each vector's nearest rows come from a LATERAL subquery. The ans
   a row only if that similarity is >= ``min_similarity`` (rows with negative importance never pass its
   minimum importance of 0); the same is done here in SQL, and the similarity returned is that float32.
 
-Which branch runs is decided in the statement (a one-time filter on the counted scope: the count is of the
-materialised rows, at most ``whole_scope_below`` + 1 of them, so a small scope's rows are read once; a count of
-its own read them twice: one vector over a 1,000-row scope of 100k rows took 1.9-2.3 ms, against 2.4-2.8 with
-the users in turn, alternated in one process), and the settings are
+Which branch runs is decided in the statement (a one-time filter on the counted scope), and the settings are
 made by ``set_config(..., true)`` in the statement itself: pgvector (0.8) reads them in ``hnswgettuple``, when
 a scan first searches the graph, not when the scan begins, and no scan searches before the probe CTE, whose
 filter calls ``set_config``, has produced its first row. They last until the end of the statement's own
@@ -93,14 +90,12 @@ def batch_sql(
     if whole_scope_below <= 0:
         return f"WITH {probe} {lists}", where.params
     most = where.bind(whole_scope_below)
-    scoped = (
-        f"scoped AS MATERIALIZED (SELECT id, embedding FROM {table} WHERE {base} AND importance >= 0 LIMIT {most} + 1)"
-    )
-    gate = f"gate AS (SELECT count(*) <= {most} AS whole FROM scoped)"
+    gate = f"gate AS (SELECT count(*) <= {most} AS whole FROM (SELECT 1 FROM {table} WHERE {base} LIMIT {most} + 1) s)"
+    scoped = f"scoped AS MATERIALIZED (SELECT id, embedding FROM {table} WHERE {base} AND importance >= 0)"
     scored = "SELECT s.id, coalesce(1 - (s.embedding <=> p.v), 0.0)::real AS sim FROM scoped s"
     whole = f"SELECT p.ord, n.id, n.sim FROM probe p CROSS JOIN LATERAL ({_ranked(scored, limit, floor)}) n"
     sql = (
-        f"WITH {probe}, {scoped}, {gate} {whole} WHERE (SELECT whole FROM gate) "
+        f"WITH {probe}, {gate}, {scoped} {whole} WHERE (SELECT whole FROM gate) "
         f"UNION ALL {lists} WHERE NOT (SELECT whole FROM gate)"
     )
     return sql, where.params
