@@ -42,6 +42,12 @@ class WriteConformance:
         [x] = await backend.get(COLLECTION, ["x"])
         assert x.text == "last words" and x.body == last.body
         assert sorted(r.id for r in (await backend.scan(COLLECTION, Scope(user_id="alice"))).records) == ["x", "y"]
+        # A bulk batch too (a server's bulk path: Postgres copies 64 rows or more, where either copy could win).
+        old = [make_record(f"f{i:03d}", text="old words", seed=10 + i) for i in range(100)]
+        new = [_with(record, text="new words") for record in old]
+        await backend.upsert(COLLECTION, [*old[:50], *new, *old[50:], *new[50:]])
+        stored = await backend.get(COLLECTION, [record.id for record in old])
+        assert [record.text for record in stored] == ["new words"] * 100
 
     async def test_concurrent_creators_one_wins(self, backend: Backend) -> None:
         await backend.ensure_collection(COLLECTION, DIM)

@@ -137,6 +137,8 @@ class PostgresBackend(PostgresKeyValue):
         if not records:
             return
         check_records(records)
+        if len({record.id for record in records}) < len(records):  # the last write of an id wins (DISTINCT ON
+            records = list({record.id: record for record in records}.values())  # in the bulk path kept either)
         rows = [encode_row(r) for r in records]
         async with self.pool.acquire() as conn:
             await self._ensure_for(conn, collection, records)  # no round trip once the collection is known
@@ -160,7 +162,8 @@ class PostgresBackend(PostgresKeyValue):
         await conn.copy_records_to_table("memkit_staging", records=rows)
         # Written scope by scope: in id order alone (a digest) each user's rows went one to a heap page, so a
         # near-duplicate check or a dedupe scan of a user read a page per row. By id within a scope, so two
-        # batches writing the same records lock them in one order (a record's id is tied to its scope).
+        # batches writing the same records lock them in one order (unless one moves an id to another scope:
+        # a deadlock then, which is retried). Ids are unique here (``upsert``): DISTINCT ON is a safeguard.
         source = (
             "SELECT * FROM (SELECT DISTINCT ON (id) id, user_id, agent_id, session_id, body, text, tokens, "
             "importance, ts, expires_at, fields, embedding::{vt} AS embedding FROM memkit_staging) staged "
