@@ -10,11 +10,22 @@ import pytest
 
 from memkit.backend import Backend, Query, Record, Scope, Weights
 
-__all__ = ["COLLECTION", "DIM", "SIMILARITY_ONLY", "fields_of", "make_record", "query", "require", "unit"]
+__all__ = [
+    "COLLECTION", "DIM", "SIMILARITY_ONLY", "assert_vector_kept", "fields_of", "make_record", "query", "require",
+    "unit",
+]  # fmt: skip
 
 DIM = 8
 COLLECTION = "conformance"
 SIMILARITY_ONLY = Weights(similarity=1.0, lexical=0.0, recency=0.0, importance=0.0)
+
+
+def assert_vector_kept(got: Record, record: Record) -> None:
+    """``got`` (read back) has ``record``'s vector, or none: exactly, or as a quantized store rounds it (int8: within
+    half a step of a 127th of the row's largest magnitude; float16 is closer)."""
+    if got.vector is not None:
+        want = np.asarray(record.vector, np.float32)
+        np.testing.assert_allclose(got.vector, want, rtol=0, atol=float(np.abs(want).max()) / 254 * 1.001 + 1e-6)
 
 
 def unit(seed: int, dim: int = DIM) -> Any:

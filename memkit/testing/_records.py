@@ -13,7 +13,17 @@ import pytest
 
 from memkit.backend import Backend, Record, Scope, Weights
 from memkit.errors import DimensionMismatchError, MemkitError
-from memkit.testing._helpers import COLLECTION, DIM, SIMILARITY_ONLY, fields_of, make_record, query, require, unit
+from memkit.testing._helpers import (
+    COLLECTION,
+    DIM,
+    SIMILARITY_ONLY,
+    assert_vector_kept,
+    fields_of,
+    make_record,
+    query,
+    require,
+    unit,
+)
 from memkit.testing._kv import KeyValueConformance
 from memkit.testing._scan import ScanConformance
 from memkit.testing._writes import WriteConformance
@@ -37,8 +47,7 @@ class BackendConformance(WriteConformance, ScanConformance, KeyValueConformance)
         assert got.id == "r1" and got.body == record.body and got.text == "hello world"
         assert got.fields == {"kind": "fact", "n": 3, "ok": True}
         assert got.scope == record.scope
-        if got.vector is not None:
-            np.testing.assert_allclose(got.vector, record.vector, atol=1e-3)
+        assert_vector_kept(got, record)
 
     async def test_upsert_replaces(self, backend: Backend) -> None:
         await backend.ensure_collection(COLLECTION, DIM)

@@ -6,12 +6,11 @@ from __future__ import annotations
 import time
 
 import anyio
-import numpy as np
 import pytest
 
 from memkit.backend import Backend, Record, Scope
 from memkit.errors import ScopeError
-from memkit.testing._helpers import COLLECTION, DIM, fields_of, make_record, query, require, unit
+from memkit.testing._helpers import COLLECTION, DIM, assert_vector_kept, fields_of, make_record, query, require, unit
 
 __all__ = ["WriteConformance"]
 
@@ -108,7 +107,7 @@ class WriteConformance:
         [got] = await backend.get(COLLECTION, ["m"])
         assert got.access_count == 3 and got.last_accessed == pytest.approx(at)
         assert got.body == record.body and got.text == record.text
-        assert got.vector is None or np.allclose(got.vector, record.vector, atol=1e-3)
+        assert_vector_kept(got, record)
         assert await backend.get(COLLECTION, ["ghost"]) == []
         # Writes of the record keep its counters; a delete takes them along.
         await backend.upsert(COLLECTION, [_with(record, body=b"rewritten")])

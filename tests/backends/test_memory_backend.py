@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import anyio
+import numpy as np
 import pytest
 
 from memkit import open_backend
@@ -46,3 +47,22 @@ async def test_expired_keys_are_collected_by_the_process_clock_not_the_callers()
         assert "short" not in kv._spaces["ns"].items and "past" in kv._spaces["ns"].items
         assert await backend.kv_delete_prefix("ns") == 2
         assert (await backend.kv_scan("ns")).items == []
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8"])
+async def test_a_quantized_store_keeps_only_its_rounded_vectors(dtype: str) -> None:
+    """memory://?dtype=int8 (or float16) holds each vector once, rounded: a record keeping its float32 vector
+    beside the row held more vector bytes than float32 storage. Reads widen the stored row back to float32."""
+    async with open_backend(f"memory://?dtype={dtype}") as backend:
+        await backend.ensure_collection("c", 8)
+        records = [make_record(f"r{i}", seed=i) for i in range(40)]  # one batch written by columns, one by rows
+        await backend.upsert("c", records[:35])
+        await backend.upsert("c", records[35:])
+        got = {r.id: r for r in await backend.get("c", [r.id for r in records])}
+        for record in records:
+            assert record.vector is not None
+            atol = float(np.abs(record.vector).max()) / 254 + 1e-7 if dtype == "int8" else 1e-3
+            np.testing.assert_allclose(got[record.id].vector, record.vector, atol=atol, rtol=0)
+        collection = backend._store.collections["c"]  # type: ignore[attr-defined]
+        assert all(stored is None or stored.vector is None for stored in collection._records)
+        assert collection.dtype == dtype

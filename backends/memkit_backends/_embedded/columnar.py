@@ -50,11 +50,11 @@ _COMPACT_MIN_DEAD = 1024
 _NO_ROWS = np.zeros(0, np.int64)
 
 
-def _bare(record: Record, dtype: StorageDtype) -> Record:
+def _bare(record: Record, keep_vector: bool) -> Record:
     """Counters live in their columns; the stored struct carries none, so a read never shows stale ones.
-    With float32 storage the vector lives in the matrix alone (kept twice it was 1.5 KB more per 384-dim
-    record: 150 MB at 100k); quantized storage keeps the caller's exact vector for ``get``."""
-    drop_vector = dtype == "float32" and record.vector is not None
+    The vector lives in the matrix alone unless ``keep_vector`` (kept twice it was 1.5 KB more per 384-dim
+    record: 150 MB at 100k)."""
+    drop_vector = not keep_vector and record.vector is not None
     if drop_vector or record.access_count or record.last_accessed is not None:
         vector = None if drop_vector else record.vector
         return msgspec.structs.replace(record, vector=vector, access_count=0, last_accessed=None)
@@ -76,8 +76,13 @@ def _first_dim(records: Iterable[Record], dim: int | None) -> int | None:
 class ColumnarCollection(RowColumns):
     """The records, their ids and indexes, over the columns of ``RowColumns``."""
 
-    def __init__(self, dim: int | None = None, dtype: StorageDtype = "float32") -> None:
+    def __init__(self, dim: int | None = None, dtype: StorageDtype = "float32", *, exact_vectors: bool = True) -> None:
+        """``exact_vectors=False``: a quantized collection keeps only its rounded rows, and reads return them
+        widened to float32 (memory://, where nothing else holds the vectors: keeping each record's float32
+        vector beside an int8 row held 1.9 KB of vector a memory at dim 384, more than float32 storage).
+        With float32 storage the matrix holds the exact vectors either way."""
         super().__init__(dim, dtype)
+        self._keep_vectors = exact_vectors and dtype != "float32"
         self._records: list[Record | None] = []
         self._row_of: dict[str, int] = {}
         self._fields = FieldIndex()
@@ -161,7 +166,7 @@ class ColumnarCollection(RowColumns):
                 same_text = old is not None and old.text == record.text
                 self._unindex(row, fields=not same_fields, text=not same_text)
                 rewritten.append(row)
-            self._records[row] = _bare(record, self.dtype)
+            self._records[row] = _bare(record, self._keep_vectors)
             if not same_fields:
                 self._index_fields(row, record)
             if record.text and not same_text:
@@ -266,7 +271,7 @@ class ColumnarCollection(RowColumns):
         restore = record.vector is None and has_vector
         if count == 0 and math.isnan(last) and not restore:
             return record
-        vector = self._vectors[row].copy() if restore else record.vector  # float32 storage: exact
+        vector = self.stored_vector(row) if restore else record.vector
         return msgspec.structs.replace(
             record, vector=vector, access_count=count, last_accessed=None if math.isnan(last) else last
         )

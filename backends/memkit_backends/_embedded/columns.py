@@ -74,6 +74,18 @@ class RowColumns:
             getattr(self, name)[:used] = values[:used]
         self._scope[:, :used] = old_scope[:, :used]
 
+    def stored_vector(self, row: int) -> npt.NDArray[np.float32]:
+        """Row ``row``'s vector as stored, widened to float32 (exact for float32 storage)."""
+        stored = self._vectors[row]
+        widened: npt.NDArray[np.float32]
+        if self.dtype == "float16":
+            widened = stored.view(np.float16).astype(np.float32)
+        elif self.dtype == "int8":
+            widened = stored.astype(np.float32) * self._scales[row]
+        else:
+            widened = stored.copy()
+        return widened
+
     def set_dim(self, dim: int) -> None:
         """Fix the vector dimension of a collection that has none yet."""
         if self.dim is None:

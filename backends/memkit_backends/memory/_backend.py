@@ -48,7 +48,7 @@ class InProcessCollections:
     def collection(self, name: str) -> ColumnarCollection:
         found = self.collections.get(name)
         if found is None:
-            found = self.collections[name] = ColumnarCollection(None, self.dtype)
+            found = self.collections[name] = ColumnarCollection(None, self.dtype, exact_vectors=False)
         return found
 
     def ensure(self, name: str, dim: int | None) -> None:
