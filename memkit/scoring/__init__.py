@@ -120,7 +120,7 @@ def encode_vectors(
     if dtype == "float16":
         return np.ascontiguousarray(matrix.astype(np.float16).view(np.uint16)), ones
     if dtype == "int8":
-        peak = np.abs(matrix).max(axis=1) if matrix.size else np.zeros(0, np.float32)
+        peak = np.abs(matrix).max(axis=1) if matrix.size else np.zeros(matrix.shape[0], np.float32)
         scales = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
         quantized = np.clip(np.rint(matrix / scales[:, None]), -127, 127).astype(np.int8)
         return np.ascontiguousarray(quantized), scales

@@ -171,3 +171,10 @@ def test_probe_time_follows_the_bytes() -> None:
         return min(times)
 
     assert best_of(i8) < 0.6 * best_of(f32)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int8"])
+def test_zero_dimensional_rows_encode_with_a_scale_each(dtype: str) -> None:
+    """A collection of 0-dimensional vectors: int8 returned no scale for its one row (an IndexError on write)."""
+    values, scales = encode_vectors(np.zeros((3, 0), np.float32), dtype)  # type: ignore[arg-type]
+    assert values.shape == (3, 0) and scales.shape == (3,)

@@ -48,6 +48,7 @@ __all__ = ["ColumnarCollection"]
 
 _COMPACT_MIN_DEAD = 1024
 _NO_ROWS = np.zeros(0, np.int64)
+_FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 
 def _bare(record: Record, keep_vector: bool) -> Record:
@@ -117,10 +118,17 @@ class ColumnarCollection(RowColumns):
         the columns a dozen times)."""
         self._grow(len(self._records), rows + rows // 4)  # pages leave under a quarter of the rows as holes
 
-    def check_records(self, records: Iterable[Record]) -> int | None:
+    def check_records(self, records: Sequence[Record]) -> int | None:
         """The collection's dimension after these records; raises, changing nothing, on a record the store
-        cannot hold (a dimension mismatch, NaN or infinity in its numbers or fields)."""
-        return dim_after(records, self.dim)
+        cannot hold (a dimension mismatch, NaN or infinity in its numbers or fields, a vector value past
+        float16's range in a float16 store, where it would become infinite)."""
+        dim = dim_after(records, self.dim)
+        if self.dtype == "float16":
+            for record in records:
+                if record.vector is not None and np.abs(record.vector).max(initial=0.0) > _FLOAT16_MAX:
+                    raise ValidationError(f"record {record.id!r}: its vector has a value past +-65504, which "
+                                          "this float16 store (?dtype=float16) cannot hold; use float32")  # fmt: skip
+        return dim
 
     def upsert(
         self,
