@@ -208,7 +208,7 @@ async def bench_size(url: str, n: int, progress: tqdm) -> tuple[list[dict[str, A
             await lt.store(text, user_id=user)
         one_rate = len(extra) / (time.perf_counter() - started)
         progress.update(len(extra))
-        overhead = await recall_overhead(mem, items, vectors) if url.startswith("memory://") else None
+        overhead = await recall_overhead(mem, items, vectors, url) if url.startswith("memory://") else None
     # The last batch is the figure asked for; one batch swings 2-3x on a shared machine, so the median of the
     # last ten is printed beside it (store() is timed over its last 1,000 calls, steady already).
     steady = float(np.median(rates[-STEADY_BATCHES:]))
@@ -219,7 +219,9 @@ async def bench_size(url: str, n: int, progress: tqdm) -> tuple[list[dict[str, A
     return rows, overhead
 
 
-async def recall_overhead(mem: Any, items: Sequence[tuple[str, str]], vectors: CorpusVectors) -> dict[str, Any]:
+async def recall_overhead(
+    mem: Any, items: Sequence[tuple[str, str]], vectors: CorpusVectors, url: str
+) -> dict[str, Any]:
     """Public-API recall p50 against the kernel alone, over the same rows with the same query."""
     from memkit.backend import Query, Scope
     from memkit.scoring import stream_floor
@@ -244,7 +246,8 @@ async def recall_overhead(mem: Any, items: Sequence[tuple[str, str]], vectors: C
     started = time.perf_counter()
     stream_floor(columns.vectors, columns.n_rows)
     floor_s = time.perf_counter() - started
-    return {"backend": "memory", "n": len(collection), "recall_api_p50_ms": api_ms, "kernel_p50_ms": kernel_ms,
+    label = "memory" + ("-" + url.split("dtype=")[1] if "dtype=" in url else "")  # as --backends names it
+    return {"backend": label, "n": len(collection), "recall_api_p50_ms": api_ms, "kernel_p50_ms": kernel_ms,
             "api_over_kernel": api_ms / kernel_ms, "kernels_with_text_p50_ms": text_ms,
             "api_over_kernels_with_text": api_ms / text_ms, "store_many_floor_per_s": BATCH / floor_s}  # fmt: skip
 
@@ -272,6 +275,20 @@ def parse_sizes(text: str) -> list[int]:
     return [int(float(s[:-1]) * 1000) if s.lower().endswith("k") else int(s) for s in text.split(",")]
 
 
+QUANTIZED = {"memory-int8": "memory://?dtype=int8", "memory-float16": "memory://?dtype=float16"}
+"""Backends beyond the default four, by name: memory:// keeping its vectors rounded (``?dtype=``)."""
+
+
+def _url(name: str, urls: dict[str, str], sqlite_file: Path) -> str:
+    if name == "sqlite":
+        return f"sqlite:///{sqlite_file}"
+    if name in QUANTIZED:
+        return QUANTIZED[name]
+    if name not in urls:
+        raise SystemExit(f"unknown backend {name!r}: use memory, sqlite, redis, postgres, {', '.join(QUANTIZED)}")
+    return urls[name]
+
+
 async def amain(args: argparse.Namespace) -> None:
     sizes = parse_sizes(args.sizes)
     wanted = args.backends.split(",")
@@ -283,7 +300,7 @@ async def amain(args: argparse.Namespace) -> None:
         with tqdm(total=total, desc="ingest benchmark", unit="memory") as progress:
             for name in wanted:
                 for n in sizes:
-                    url = urls[name] if name != "sqlite" else f"sqlite:///{Path(tmp) / f'ingest-{n}.db'}"
+                    url = _url(name, urls, Path(tmp) / f"ingest-{n}.db")
                     found, overhead = await bench_size(url, n, progress)
                     rows += [{"backend": name, "n": n, **row} for row in found]
                     overheads += [overhead] if overhead and n == max(sizes) else []
@@ -313,7 +330,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
     parser.add_argument("--sizes", default="10k,100k", help="comma-separated sizes, e.g. 10k,100k")
-    parser.add_argument("--backends", default="memory,sqlite,redis,postgres")
+    parser.add_argument(
+        "--backends",
+        default="memory,sqlite,redis,postgres",
+        help=f"comma-separated; also {', '.join(QUANTIZED)} (memory:// with rounded vectors)",
+    )
     parser.add_argument("--plot", help="draw the figures as a PNG here (needs matplotlib)")
     anyio.run(amain, parser.parse_args())
 

@@ -69,18 +69,21 @@ def test_context_benchmark_writes_its_figures(tmp_path: Path) -> None:
 
 
 def test_ingest_benchmark_writes_its_figures(tmp_path: Path) -> None:
-    figures, png = run_benchmark("ingest", ["--sizes", "3000", "--backends", "memory,sqlite"], tmp_path)
+    figures, png = run_benchmark("ingest", ["--sizes", "3000", "--backends", "memory,sqlite,memory-int8"], tmp_path)
     rows = figures["rows"]
     assert [(r["backend"], r["api"]) for r in rows] == [
         ("memory", "store_many"),
         ("memory", "store"),
         ("sqlite", "store_many"),
         ("sqlite", "store"),
+        ("memory-int8", "store_many"),
+        ("memory-int8", "store"),
     ]
     for row in rows:
         assert row["n"] == 3000 and row["per_s"] > 0 and row["per_s_median_last_batches"] > 0
         assert row["rss_peak_mb"] > 0
-    [overhead] = figures["recall_overhead"]
+    overhead, rounded = figures["recall_overhead"]
+    assert rounded["backend"] == "memory-int8" and rounded["kernel_p50_ms"] > 0
     assert overhead["backend"] == "memory" and overhead["recall_api_p50_ms"] > 0 and overhead["kernel_p50_ms"] > 0
     assert overhead["kernels_with_text_p50_ms"] > overhead["kernel_p50_ms"]  # BM25 over the same rows, then the kernel
     assert png.stat().st_size > 10_000
