@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import anyio
 import numpy as np
@@ -89,10 +90,18 @@ async def test_a_quantized_store_s_compaction_keeps_its_rounded_vectors() -> Non
                 np.testing.assert_array_equal(after[record_id], vector)
 
 
-async def test_a_float16_store_refuses_a_vector_past_float16s_range() -> None:
-    async with open_backend("memory://?dtype=float16") as backend:
+@pytest.mark.parametrize("embedded", ["memory", "sqlite"])
+async def test_a_float16_store_refuses_a_vector_past_float16s_range(embedded: str, tmp_path: Path) -> None:
+    """Stored as float16 the value would be infinite: memory:// would return it, and either would score the
+    row NaN (sqlite:// keeps the exact vector in its file, but scores from its float16 arrays)."""
+    url = "memory://?dtype=float16" if embedded == "memory" else f"sqlite:///{tmp_path / 'm.db'}?dtype=float16"
+    async with open_backend(url) as backend:
         await backend.ensure_collection("c", 8)
         big = Record(**{**fields_of(make_record("big", seed=1)), "vector": np.full(8, 1e5, np.float32)})
         with pytest.raises(ValidationError, match="float16"):
             await backend.upsert("c", [make_record("ok", seed=2), big])
+        with pytest.raises(ValidationError, match="float16"):
+            await backend.replace("c", big, None)
         assert await backend.get("c", ["ok", "big"]) == []  # nothing of the batch written
+        await backend.upsert("c", [Record(**{**fields_of(big), "vector": np.full(8, 6e4, np.float32)})])
+        assert [r.id for r in await backend.get("c", ["big"])] == ["big"]  # within range: kept

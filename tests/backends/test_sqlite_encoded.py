@@ -149,3 +149,12 @@ async def test_a_bad_batch_writes_nothing(tmp_path: Path, flaw: str, loaded: boo
         assert await backend.count("mem", Scope(user_id="u1")) == sum(1 for r in good if r.scope.user_id == "u1")
     rows, tokens = _rows(tmp_path / "x.db")
     assert [r[1] for r in rows] == sorted(r.id for r in good) and len(tokens) == sum(1 for r in good if r.text)
+
+
+async def test_a_float16_store_refuses_encoded_rows_past_float16s_range(tmp_path: Path) -> None:
+    records = _records(10)
+    records[4] = msgspec.structs.replace(records[4], vector=np.full(DIM, -7e4, np.float32))
+    async with SQLiteBackend(StorageURL(f"sqlite:///{tmp_path / 'a.db'}?dtype=float16")) as backend:
+        with pytest.raises(ValidationError, match="r4"):
+            await backend.upsert_encoded("mem", encoded_of(records))
+    assert _rows(tmp_path / "a.db")[0] == []  # nothing of the batch written

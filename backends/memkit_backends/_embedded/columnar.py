@@ -27,7 +27,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from memkit.backend import FilterValue, Hit, Page, Query, Record, Scope, Scores, scope_matches
+from memkit.backend import FilterValue, Hit, Page, Query, Record, Scope, Scores, Vector, scope_matches
 from memkit.errors import DimensionMismatchError, ValidationError
 from memkit.scoring import Columns, ScoreParams, StorageDtype, top_k
 from memkit.scoring._lexical import Bm25Index
@@ -44,11 +44,22 @@ from memkit_backends._embedded.indexes import (
 from memkit_backends._embedded.pages import RowPages, most_rows, owner_of
 from memkit_backends._embedded.text_scores import scaled_to_best
 
-__all__ = ["ColumnarCollection"]
+__all__ = ["ColumnarCollection", "refuse_past_float16"]
 
 _COMPACT_MIN_DEAD = 1024
 _NO_ROWS = np.zeros(0, np.int64)
 _FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+
+def refuse_past_float16(dtype: StorageDtype, vectors: Iterable[tuple[str, Vector | None]]) -> None:
+    """Raise for the first (id, vector) with a value past +-65504 when ``dtype`` is float16: stored, it would
+    become infinite (a store that keeps only rounded rows would return it; any would score it NaN)."""
+    if dtype != "float16":
+        return
+    for record_id, vector in vectors:
+        if vector is not None and np.abs(vector).max(initial=0.0) > _FLOAT16_MAX:
+            raise ValidationError(f"record {record_id!r}: its vector has a value past +-65504, which "
+                                  "this float16 store (?dtype=float16) cannot hold; use float32")  # fmt: skip
 
 
 def _bare(record: Record, keep_vector: bool) -> Record:
@@ -123,11 +134,7 @@ class ColumnarCollection(RowColumns):
         cannot hold (a dimension mismatch, NaN or infinity in its numbers or fields, a vector value past
         float16's range in a float16 store, where it would become infinite)."""
         dim = dim_after(records, self.dim)
-        if self.dtype == "float16":
-            for record in records:
-                if record.vector is not None and np.abs(record.vector).max(initial=0.0) > _FLOAT16_MAX:
-                    raise ValidationError(f"record {record.id!r}: its vector has a value past +-65504, which "
-                                          "this float16 store (?dtype=float16) cannot hold; use float32")  # fmt: skip
+        refuse_past_float16(self.dtype, [(record.id, record.vector) for record in records])
         return dim
 
     def upsert(

@@ -33,7 +33,7 @@ from memkit.backend import (
     scope_matches,
 )
 from memkit.errors import InvalidURLError, NotOpenError, ValidationError
-from memkit_backends._embedded.columnar import ColumnarCollection
+from memkit_backends._embedded.columnar import ColumnarCollection, refuse_past_float16
 from memkit_backends._embedded.indexes import replace_verdict
 from memkit_backends._embedded.nearest import nearest, nearest_many
 from memkit_backends._embedded.offload import offloaded
@@ -240,6 +240,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             return
         if len({record.id for record in records}) < len(records):  # the last write of an id wins, as in memory://
             records = list({record.id: record for record in records}.values())
+        refuse_past_float16(self._dtype, [(record.id, record.vector) for record in records])
 
         def write(conn: sqlite3.Connection) -> None:
             def work(cache: ColumnarCollection | None) -> _Apply:
@@ -259,6 +260,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             def work(cache: ColumnarCollection | None) -> _Apply:
                 dim = stored_dim(conn, collection, cache)
                 check_encoded(rows, dim)  # before any SQL: a refused batch writes nothing
+                refuse_past_float16(self._dtype, zip(rows.ids, rows.vectors, strict=True))
                 unique = unique_rows(rows)
                 if cache is not None:
                     records = records_of(unique)
@@ -277,6 +279,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
             await self._run(write)
 
     async def replace(self, collection: str, record: Record, expected_body: bytes | None) -> bool:
+        refuse_past_float16(self._dtype, [(record.id, record.vector)])
         verdicts: list[str] = []
 
         def write(conn: sqlite3.Connection, cache: ColumnarCollection) -> _Apply:
