@@ -174,64 +174,79 @@ _SORTED_CACHE_MIN = 256
 class FieldIndex:
     """Field keys -> the rows holding them. A key held by one row (every dedupe key, nearly) keeps the bare
     row number, not a set: sets are tracked by Python's cycle collector, and at 100k memories 100k one-row
-    sets made each full collection walk them (collections took 12% of an ingest, up to 274 ms each)."""
+    sets made each full collection walk them (collections took 12% of an ingest, up to 274 ms each). Keys
+    are held as one dict of values per (field, value is a bool): a (name, value, flag) tuple per dedupe key
+    was ~100 bytes a memory (10 MB at 100k)."""
 
     def __init__(self) -> None:
-        self._rows: dict[FieldKey, int | set[int]] = {}
+        self._fields: dict[tuple[str, bool], dict[FieldValue, int | set[int]]] = {}
         self._sorted: dict[FieldKey, npt.NDArray[np.int64]] = {}
         """``sorted_rows`` of big keys, until a row of theirs changes."""
 
     def __iter__(self) -> Iterator[FieldKey]:
         """The keys some row holds."""
-        return iter(self._rows)
+        for (name, is_bool), values in self._fields.items():
+            for value in values:
+                yield (name, value, is_bool)
 
     def add_fields(self, row: int, fields: Mapping[str, FieldValue | tuple[str, ...]]) -> None:
         """``add`` for every key of a record's fields, inlined: a graph edge has nine keys, and a call per
         key was a tenth of a batched graph upsert."""
-        held_by, cached = self._rows, self._sorted
+        by_field, cached = self._fields, self._sorted
         for name, value in fields.items():
-            keys = (
-                [(name, tag, False) for tag in value]
-                if isinstance(value, tuple)
-                else [(name, value, isinstance(value, bool))]
-            )  # as field_keys
-            for key in keys:
-                held = held_by.get(key)
+            values: tuple[FieldValue, ...]
+            if isinstance(value, tuple):
+                values, is_bool = value, False
+            else:
+                values, is_bool = (value,), isinstance(value, bool)
+            if not values:  # no tags
+                continue
+            held_by = by_field.get((name, is_bool))
+            if held_by is None:
+                held_by = by_field[name, is_bool] = {}
+            for one in values:
+                held = held_by.get(one)
                 if held is None:
-                    held_by[key] = row
+                    held_by[one] = row
                 elif isinstance(held, int):
                     if held != row:
-                        held_by[key] = {held, row}
+                        held_by[one] = {held, row}
                 else:
                     held.add(row)
                     if cached:
-                        cached.pop(key, None)
+                        cached.pop((name, one, is_bool), None)
 
     def add(self, key: FieldKey, row: int) -> None:
-        held = self._rows.get(key)
+        name, value, is_bool = key
+        held_by = self._fields.setdefault((name, is_bool), {})
+        held = held_by.get(value)
         if held is None:
-            self._rows[key] = row
+            held_by[value] = row
         elif isinstance(held, int):
             if held != row:
-                self._rows[key] = {held, row}
+                held_by[value] = {held, row}
         else:
             held.add(row)
             if self._sorted:
                 self._sorted.pop(key, None)
 
     def discard(self, key: FieldKey, row: int) -> None:
-        held = self._rows.get(key)
-        if held is None:
+        name, value, is_bool = key
+        held_by = self._fields.get((name, is_bool))
+        held = None if held_by is None else held_by.get(value)
+        if held_by is None or held is None:
             return
         if isinstance(held, int):
             if held == row:
-                del self._rows[key]
+                del held_by[value]
+                if not held_by:
+                    del self._fields[name, is_bool]
             return
         held.discard(row)
         if self._sorted:
             self._sorted.pop(key, None)
         if len(held) == 1:
-            self._rows[key] = next(iter(held))
+            held_by[value] = next(iter(held))
 
     def sorted_rows(self, key: FieldKey) -> npt.NDArray[np.int64]:
         """The rows holding ``key``, ascending, read only. Kept for keys of many rows: a graph hub's edge key
@@ -248,7 +263,9 @@ class FieldIndex:
 
     def rows(self, key: FieldKey) -> set[int] | tuple[int, ...]:
         """The rows holding ``key``: read only (a set of the index's own, or a tuple)."""
-        held = self._rows.get(key)
+        name, value, is_bool = key
+        held_by = self._fields.get((name, is_bool))
+        held = None if held_by is None else held_by.get(value)
         if held is None:
             return ()
         return (held,) if isinstance(held, int) else held
