@@ -22,7 +22,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from memkit._background import BackgroundTask
 from memkit._repr import short_repr
 from memkit._validation import check_text
-from memkit.errors import ValidationError, WriterBusyError
+from memkit.errors import ContentError, ValidationError, WriterBusyError
+from memkit.layers.shortterm._messages import parse_messages
 
 if TYPE_CHECKING:
     from memkit.extract import FactEvent, ObservedTurn
@@ -51,8 +52,10 @@ class ObserveConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValidationError("ObserveConfig.max_pending must be an integer >= 1")
 
 
-def check_messages(messages: object) -> list[dict[str, Any]]:
-    """A finished turn: a non-empty list of message dicts with a role (OpenAI shape)."""
+def check_messages(messages: object, max_message_chars: int) -> list[dict[str, Any]]:
+    """A finished turn: a non-empty list of message dicts with a role (OpenAI shape), each one a session
+    would take (whether or not one is given: a bad turn was queued, then dropped by the writer without a
+    word), without NUL (the writer stores facts in long-term memory, which refuses it)."""
     if isinstance(messages, dict | str) or not isinstance(messages, Sequence) or not messages:
         raise ValidationError("messages must be a non-empty list of message dicts, e.g. [{'role': 'user', ...}]")
     if len(messages) > _MAX_MESSAGES:
@@ -60,6 +63,10 @@ def check_messages(messages: object) -> list[dict[str, Any]]:
     for at, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise ValidationError(f"messages[{at}] must be a dict with a 'role', got {short_repr(message)}")
+        for parsed in parse_messages(message, max_message_chars):
+            if "\x00" in parsed.content or any("\x00" in call.arguments for call in parsed.tool_calls):
+                raise ContentError(f"messages[{at}] contains a NUL character, which long-term memory (where "
+                                   "observed facts go) does not store: remove it")  # fmt: skip
     return [dict(m) for m in messages]
 
 
@@ -83,6 +90,17 @@ class Observer:
     def pending(self) -> int:
         return sum(self._pending.values())
 
+    def check_room(self) -> None:
+        """Raise ``WriterBusyError`` if the queue is full now."""
+        if self._send.statistics().current_buffer_used >= self.config.max_pending:
+            raise self._busy()
+
+    def _busy(self) -> WriterBusyError:
+        return WriterBusyError(
+            f"the background writer has {self.config.max_pending} turns queued (ObserveConfig.max_pending); "
+            "nothing was queued or written: retry, or call observe(..., wait=True) to wait for room"
+        )
+
     async def submit(self, turn: ObservedTurn, *, wait: bool) -> None:
         if self._task is None:
             raise ValidationError("the background writer is not running (is the client open?)")
@@ -95,10 +113,7 @@ class Observer:
                 self._send.send_nowait(turn)
         except anyio.WouldBlock:
             self._done(turn.user_id)
-            raise WriterBusyError(
-                f"the background writer has {self.config.max_pending} turns queued (ObserveConfig.max_pending); "
-                "nothing was queued: retry, or call observe(..., wait=True) to wait for room"
-            ) from None
+            raise self._busy() from None
         except BaseException:
             self._done(turn.user_id)
             raise

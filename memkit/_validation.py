@@ -171,20 +171,21 @@ MAX_METADATA_BYTES = 64 * 1024
 _MAX_DEPTH = 16
 
 
-def check_metadata(metadata: object) -> dict[str, Any]:
+def check_metadata(metadata: object, what: str = "metadata") -> dict[str, Any]:
     """JSON-like metadata: string keys, finite numbers, valid text without NUL, at most 16 levels deep and
-    64 KiB as JSON. One rule on every backend (NaN stored on SQLite once made the file unreadable)."""
+    64 KiB as JSON. One rule on every backend (NaN stored on SQLite once made the file unreadable). ``what``:
+    the argument's name in errors (a graph's ``attributes``)."""
     if metadata is None:
         return {}
     if not isinstance(metadata, dict):
-        raise ValidationError(f"metadata must be a dict, got {type(metadata).__name__}")
-    _check_value(metadata, "metadata", 0)
+        raise ValidationError(f"{what} must be a dict, got {type(metadata).__name__}")
+    _check_value(metadata, what, 0)
     try:
         size = len(_json_encode(metadata))
     except (TypeError, msgspec.EncodeError) as exc:
-        raise ValidationError(f"metadata must be JSON-serialisable: {exc}") from exc
+        raise ValidationError(f"{what} must be JSON-serialisable: {exc}") from exc
     if size > MAX_METADATA_BYTES:
-        raise ValidationError(f"metadata is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
+        raise ValidationError(f"{what} is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
     return dict(metadata)
 
 
@@ -194,7 +195,7 @@ def _check_value(value: object, path: str, depth: int) -> None:
     if isinstance(value, bool) or value is None:
         return
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValidationError(f"{path} is {value}; metadata numbers must be finite")
+        raise ValidationError(f"{path} is {value}; numbers must be finite")
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
         raise ValidationError(f"{path} is an integer too large to store (limit 2**63)")
     if isinstance(value, str):

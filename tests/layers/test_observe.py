@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from memkit import Memkit, ObserveConfig, ValidationError, WriterBusyError
+from memkit import ContentError, Memkit, ObserveConfig, ValidationError, WriterBusyError
 from memkit.extract import FactEvent, ObservedTurn
 
 pytestmark = pytest.mark.anyio
@@ -123,3 +123,42 @@ async def test_bad_turns_are_refused(messages: Any) -> None:
         with pytest.raises(ValidationError):
             await mem.observe(user_id="ada", messages=messages)
         assert mem._observer is not None and mem._observer.pending == 0
+
+
+@pytest.mark.parametrize("session_id", [None, "s1"])
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "bogus", "content": "hi"},
+        {"role": "user", "content": 5},
+        {"role": "user", "content": "I live in \x00Paris."},
+    ],
+)
+async def test_a_bad_message_is_refused_with_or_without_a_session(message: Any, session_id: str | None) -> None:
+    """Checked as a session would check it even when no session is given: such a turn was queued, then dropped
+    by the writer without a word (a NUL reached the writer's recall as "query contains a NUL character")."""
+    failures: list[Exception] = []
+    config = ObserveConfig(on_error=lambda turn, exc: failures.append(exc))
+    async with Memkit("memory://", embedder="hashing", observe=config) as mem:
+        with pytest.raises(ContentError):
+            await mem.observe(user_id="ada", session_id=session_id, messages=[message])
+        assert mem._observer is not None and mem._observer.pending == 0
+        assert await mem.short_term.session("s1", user_id="ada").to_messages() == []
+        await mem.flush()
+        assert failures == []
+
+
+async def test_a_refused_turn_leaves_the_session_as_it_was() -> None:
+    """``wait=False`` on a full queue refuses before the session is written, so retrying the turn, as the error
+    says to, does not keep it twice."""
+    async with Memkit("memory://", embedder="hashing", observe=ObserveConfig(max_pending=1)) as mem:
+        gate = _gate(mem)
+        await mem.observe(user_id="ada", session_id="s", messages=_user("I live in Lyon."))
+        await anyio.sleep(0.01)  # the writer takes it and waits at the gate
+        await mem.observe(user_id="ada", session_id="s", messages=_user("I work at Acme."))
+        with pytest.raises(WriterBusyError, match="nothing was queued or written"):
+            await mem.observe(user_id="ada", session_id="s", messages=_user("I like jazz."), wait=False)
+        gate.set()
+        await mem.observe(user_id="ada", session_id="s", messages=_user("I like jazz."))  # the retry
+        contents = [m["content"] for m in await mem.short_term.session("s", user_id="ada").to_messages()]
+        assert contents == ["I live in Lyon.", "Noted.", "I work at Acme.", "Noted.", "I like jazz.", "Noted."]

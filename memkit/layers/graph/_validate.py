@@ -42,12 +42,12 @@ def check_node(node: object, config: GraphConfig, what: str = "node") -> Node:
     for at, alias in enumerate(node.aliases):
         check_name(alias, config, f"{what}.aliases[{at}]")
     return msgspec.structs.replace(node, type=_check_type(node.type, f"{what}.type"),
-                                   attributes=_attributes(node.attributes))  # fmt: skip
+                                   attributes=_attributes(node.attributes, f"{what}.attributes"))  # fmt: skip
 
 
-def _attributes(attributes: object) -> dict[str, Any]:
+def _attributes(attributes: object, what: str) -> dict[str, Any]:
     """Checked as metadata; an empty dict (most edges) skips the check's JSON encoding."""
-    return {} if isinstance(attributes, dict) and not attributes else check_metadata(attributes)
+    return {} if isinstance(attributes, dict) and not attributes else check_metadata(attributes, what)
 
 
 def _check_time(value: datetime | None, what: str) -> datetime | None:
@@ -76,7 +76,8 @@ def check_edge(edge: object, config: GraphConfig, what: str = "edge") -> Edge:
     if edge.functional is not None and not isinstance(edge.functional, bool):
         raise ValidationError(f"{what}.functional must be True, False or None")
     return msgspec.structs.replace(
-        edge, relation=relation, valid_from=start, valid_to=end, attributes=_attributes(edge.attributes),
+        edge, relation=relation, valid_from=start, valid_to=end,
+        attributes=_attributes(edge.attributes, f"{what}.attributes"),
         source_type=_check_type(edge.source_type, f"{what}.source_type"),
         target_type=_check_type(edge.target_type, f"{what}.target_type"),
     )  # fmt: skip
