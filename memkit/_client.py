@@ -242,17 +242,21 @@ class Memkit:
         # Every argument is checked before the session is written: a refusal after it left the turn half-taken.
         check_text(user_id, "user_id")
         waits = check_flag(wait, "wait")
-        checked = check_messages(messages, self._short_term.config.max_message_chars)
-        assert self._observer is not None  # set by open()
-        if session_id is not None:  # session() checks session_id, then the turn is written
-            if not waits:
-                self._observer.check_room()  # before the session is written: a refusal must leave nothing
-            await self.short_term.session(session_id, user_id=user_id).add_many(checked)
-            waits = True  # the turn is in the session now: it waits for room (rare: a queue filled meanwhile)
+        checked = check_messages(messages)
         from memkit.extract import ObservedTurn
 
         turn = ObservedTurn(messages=checked, user_id=user_id, session_id=session_id)
-        await self._observer.submit(turn, wait=waits)
+        assert self._observer is not None  # set by open()
+        # Its place in the queue first: a full queue refuses (wait=False) before the session is written, and
+        # once it is written the turn is queued without a wait (nor a cancellation) in between.
+        await self._observer.reserve(wait=waits)
+        try:
+            if session_id is not None:  # session() checks session_id; add_many checks every message, then writes
+                await self.short_term.session(session_id, user_id=user_id).add_many(checked)
+            self._observer.put(turn)
+        except BaseException:
+            self._observer.release()
+            raise
 
     async def flush(self, user_id: str | None = None) -> None:
         """Wait until the observed turns queued so far (of ``user_id``, when given) are written."""

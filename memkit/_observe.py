@@ -11,6 +11,7 @@ queue is empty (for everyone, or one user: read-after-write); closing the client
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -23,7 +24,7 @@ from memkit._background import BackgroundTask
 from memkit._repr import short_repr
 from memkit._validation import check_text
 from memkit.errors import ContentError, ValidationError, WriterBusyError
-from memkit.layers.shortterm._messages import parse_messages
+from memkit.layers.shortterm._messages import ROLES
 
 if TYPE_CHECKING:
     from memkit.extract import FactEvent, ObservedTurn
@@ -52,10 +53,12 @@ class ObserveConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ValidationError("ObserveConfig.max_pending must be an integer >= 1")
 
 
-def check_messages(messages: object, max_message_chars: int) -> list[dict[str, Any]]:
-    """A finished turn: a non-empty list of message dicts with a role (OpenAI shape), each one a session
-    would take (whether or not one is given: a bad turn was queued, then dropped by the writer without a
-    word), without NUL (the writer stores facts in long-term memory, which refuses it)."""
+def check_messages(messages: object) -> list[dict[str, Any]]:
+    """A finished turn: a non-empty list of message dicts (OpenAI or Anthropic shape), each with a role a
+    session takes and content that is text, blocks or absent; no NUL in its text (the writer stores facts
+    in long-term memory, which refuses it). Blocks a session refuses (images, thinking) are the session's to
+    refuse: the writer reads the text. Without these checks a bad turn was queued, then dropped by the
+    writer without a word."""
     if isinstance(messages, dict | str) or not isinstance(messages, Sequence) or not messages:
         raise ValidationError("messages must be a non-empty list of message dicts, e.g. [{'role': 'user', ...}]")
     if len(messages) > _MAX_MESSAGES:
@@ -63,11 +66,23 @@ def check_messages(messages: object, max_message_chars: int) -> list[dict[str, A
     for at, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise ValidationError(f"messages[{at}] must be a dict with a 'role', got {short_repr(message)}")
-        for parsed in parse_messages(message, max_message_chars):
-            if "\x00" in parsed.content or any("\x00" in call.arguments for call in parsed.tool_calls):
-                raise ContentError(f"messages[{at}] contains a NUL character, which long-term memory (where "
-                                   "observed facts go) does not store: remove it")  # fmt: skip
+        if message["role"] not in ROLES:
+            raise ContentError(
+                f"messages[{at}]'s role must be one of {sorted(ROLES)}, got {short_repr(message['role'])}"
+            )
+        _check_observed_content(message.get("content"), f"messages[{at}]")
     return [dict(m) for m in messages]
+
+
+def _check_observed_content(content: object, what: str) -> None:
+    texts: list[object] = [content]
+    if isinstance(content, list):
+        texts = [block.get("text") if isinstance(block, dict) else block for block in content]
+    elif content is not None and not isinstance(content, str):
+        raise ContentError(f"{what}'s content must be a string or a list of blocks, got {type(content).__name__}")
+    if any(isinstance(text, str) and "\x00" in text for text in texts):
+        raise ContentError(f"{what} contains a NUL character, which long-term memory (where observed facts go) "
+                           "does not store: remove it")  # fmt: skip
 
 
 class Observer:
@@ -78,7 +93,12 @@ class Observer:
         self.config = config
         self._send: MemoryObjectSendStream[ObservedTurn]
         self._receive: MemoryObjectReceiveStream[ObservedTurn]
-        self._send, self._receive = anyio.create_memory_object_stream[Any](config.max_pending)
+        # Unbounded: ``max_pending`` is kept by counting places (``_held``), so a place is taken before a
+        # session is written and the turn then queued without waiting (a stream's own bound cannot be reserved).
+        self._send, self._receive = anyio.create_memory_object_stream[Any](math.inf)
+        self._held = 0
+        """Turns queued and places reserved for turns about to be: at most ``max_pending``."""
+        self._room = anyio.Event()
         self._pending: Counter[str | None] = Counter()
         self._changed = anyio.Event()
         self._task: BackgroundTask | None = None
@@ -90,32 +110,39 @@ class Observer:
     def pending(self) -> int:
         return sum(self._pending.values())
 
-    def check_room(self) -> None:
-        """Raise ``WriterBusyError`` if the queue is full now."""
-        if self._send.statistics().current_buffer_used >= self.config.max_pending:
-            raise self._busy()
-
-    def _busy(self) -> WriterBusyError:
-        return WriterBusyError(
-            f"the background writer has {self.config.max_pending} turns queued (ObserveConfig.max_pending); "
-            "nothing was queued or written: retry, or call observe(..., wait=True) to wait for room"
-        )
-
-    async def submit(self, turn: ObservedTurn, *, wait: bool) -> None:
+    async def reserve(self, *, wait: bool) -> None:
+        """A place in the queue for one turn, waited for or refused (``WriterBusyError``) when it is full;
+        ``put`` the turn or ``release`` the place after."""
         if self._task is None:
             raise ValidationError("the background writer is not running (is the client open?)")
+        while self._held >= self.config.max_pending:
+            if not wait:
+                raise WriterBusyError(
+                    f"the background writer has {self.config.max_pending} turns queued (ObserveConfig.max_pending);"
+                    " nothing was queued or written: retry, or call observe(..., wait=True) to wait for room"
+                )
+            await self._room.wait()
+        self._held += 1
+
+    def release(self) -> None:
+        """Give back a reserved place that no turn took."""
+        self._held -= 1
+        self._room.set()
+        self._room = anyio.Event()
+
+    def put(self, turn: ObservedTurn) -> None:
+        """Queue ``turn`` in a reserved place (never waits)."""
         check_text(turn.user_id, "user_id")
         self._pending[turn.user_id] += 1
+        self._send.send_nowait(turn)
+
+    async def submit(self, turn: ObservedTurn, *, wait: bool) -> None:
+        """``reserve`` then ``put``."""
+        await self.reserve(wait=wait)
         try:
-            if wait:
-                await self._send.send(turn)
-            else:
-                self._send.send_nowait(turn)
-        except anyio.WouldBlock:
-            self._done(turn.user_id)
-            raise self._busy() from None
+            self.put(turn)
         except BaseException:
-            self._done(turn.user_id)
+            self.release()
             raise
 
     async def flush(self, user_id: str | None = None) -> None:
@@ -141,6 +168,7 @@ class Observer:
     async def _run(self) -> None:
         async with self._receive:
             async for turn in self._receive:
+                self.release()  # taken off the queue: its place is free (as a bounded stream's would be)
                 try:
                     events = await self._write(turn)
                 except Exception as exc:  # one bad turn must not stop the writer, nor vanish

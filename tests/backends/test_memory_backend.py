@@ -102,6 +102,8 @@ async def test_a_float16_store_refuses_a_vector_past_float16s_range(embedded: st
             await backend.upsert("c", [make_record("ok", seed=2), big])
         with pytest.raises(ValidationError, match="float16"):
             await backend.replace("c", big, None)
+        with pytest.raises(ValidationError, match="float16"):  # refused though a later record of its id is fine
+            await backend.upsert("c", [big, Record(**{**fields_of(big), "vector": np.ones(8, np.float32)})])
         assert await backend.get("c", ["ok", "big"]) == []  # nothing of the batch written
         await backend.upsert("c", [Record(**{**fields_of(big), "vector": np.full(8, 6e4, np.float32)})])
         assert [r.id for r in await backend.get("c", ["big"])] == ["big"]  # within range: kept

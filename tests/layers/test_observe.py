@@ -162,3 +162,63 @@ async def test_a_refused_turn_leaves_the_session_as_it_was() -> None:
         await mem.observe(user_id="ada", session_id="s", messages=_user("I like jazz."))  # the retry
         contents = [m["content"] for m in await mem.short_term.session("s", user_id="ada").to_messages()]
         assert contents == ["I live in Lyon.", "Noted.", "I work at Acme.", "Noted.", "I like jazz.", "Noted."]
+
+
+async def test_two_turns_racing_for_the_last_place_one_is_queued_one_refused_at_once() -> None:
+    """``wait=False`` never waits: the place is taken before the session is written, so of two calls that both
+    found one place free, the second is refused at once and its session is left as it was."""
+    async with Memkit("memory://", embedder="hashing", observe=ObserveConfig(max_pending=1)) as mem:
+        gate = _gate(mem)
+        await mem.observe(user_id="ada", messages=_user("I live in Lyon."))
+        await anyio.sleep(0.01)  # the writer holds it at the gate: one place free
+        outcome: dict[str, str] = {}
+
+        async def observe(name: str, text: str) -> None:
+            try:
+                with anyio.fail_after(1):
+                    await mem.observe(user_id="ada", session_id=name, messages=_user(text), wait=False)
+                outcome[name] = "queued"
+            except WriterBusyError:
+                outcome[name] = "refused"
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(observe, "a", "I work at Acme.")
+            group.start_soon(observe, "b", "I like jazz.")
+        assert sorted(outcome.values()) == ["queued", "refused"]
+        refused = next(name for name, result in outcome.items() if result == "refused")
+        assert await mem.short_term.session(refused, user_id="ada").to_messages() == []
+        gate.set()
+        await mem.flush()
+        assert mem._observer is not None and mem._observer._held == 0
+
+
+async def test_a_turn_cancelled_while_waiting_for_room_gives_its_place_back() -> None:
+    async with Memkit("memory://", embedder="hashing", observe=ObserveConfig(max_pending=1)) as mem:
+        gate = _gate(mem)
+        await mem.observe(user_id="ada", messages=_user("I live in Lyon."))
+        await anyio.sleep(0.01)
+        await mem.observe(user_id="ada", messages=_user("I work at Acme."))  # the queue is full
+        with anyio.move_on_after(0.05):
+            await mem.observe(user_id="ada", session_id="s", messages=_user("I like jazz."))
+        assert await mem.short_term.session("s", user_id="ada").to_messages() == []  # not written
+        gate.set()
+        await mem.flush()
+        assert mem._observer is not None and mem._observer._held == 0 and mem._observer.pending == 0
+        await mem.observe(user_id="ada", messages=_user("I like jazz."), wait=False)  # room again
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm"}, {"type": "text", "text": "Noted."}]},
+        {"role": "user", "content": [{"type": "image", "source": {}}, {"type": "text", "text": "Look."}]},
+        {"role": "assistant", "content": ""},
+    ],
+)
+async def test_turns_a_session_would_refuse_are_still_observed_without_one(extra: dict[str, Any]) -> None:
+    """The writer reads the text: blocks a session does not keep (thinking, images) do not stop it."""
+    async with Memkit("memory://", embedder="hashing") as mem:
+        await mem.observe(user_id="ada", messages=[{"role": "user", "content": "I live in Lyon."}, extra])
+        await mem.flush()
+        stored = {m.content for m in (await mem.long_term.list(user_id="ada")).memories}
+        assert "The user lives in Lyon." in stored

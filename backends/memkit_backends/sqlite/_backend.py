@@ -238,9 +238,9 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
     async def upsert(self, collection: str, records: Sequence[Record]) -> None:
         if not records:
             return
+        refuse_past_float16(self._dtype, [(record.id, record.vector) for record in records])  # all, as memory://
         if len({record.id for record in records}) < len(records):  # the last write of an id wins, as in memory://
             records = list({record.id: record for record in records}.values())
-        refuse_past_float16(self._dtype, [(record.id, record.vector) for record in records])
 
         def write(conn: sqlite3.Connection) -> None:
             def work(cache: ColumnarCollection | None) -> _Apply:

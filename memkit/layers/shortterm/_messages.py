@@ -27,13 +27,14 @@ __all__ = [
     "ToolCall",
     "Turn",
     "check_tool_order",
+    "ROLES",
     "parse_messages",
     "split_turns",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
 MessageInput: TypeAlias = "Mapping[str, Any] | Message"
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 _json = msgspec.json.Encoder()
 _MAX_NAME_CHARS = 256
 
@@ -90,9 +91,9 @@ def _parse(message: MessageInput, max_chars: int) -> list[Message]:
     if not isinstance(message, Mapping):
         raise ContentError(f"a message must be a dict with 'role' and 'content', got {type(message).__name__}")
     given_role = message.get("role")
-    role = _ROLES.get(given_role) if isinstance(given_role, str) else None
+    role = ROLES.get(given_role) if isinstance(given_role, str) else None
     if role is None:
-        raise ContentError(f"message role must be one of {sorted(_ROLES)}, got {short_repr(message.get('role'))}")
+        raise ContentError(f"message role must be one of {sorted(ROLES)}, got {short_repr(message.get('role'))}")
     content = message.get("content")
     if isinstance(content, list):
         return [_checked(m, max_chars) for m in _from_blocks(role, content, message)]
