@@ -136,15 +136,6 @@ class Observer:
         self._pending[turn.user_id] += 1
         self._send.send_nowait(turn)
 
-    async def submit(self, turn: ObservedTurn, *, wait: bool) -> None:
-        """``reserve`` then ``put``."""
-        await self.reserve(wait=wait)
-        try:
-            self.put(turn)
-        except BaseException:
-            self.release()
-            raise
-
     async def flush(self, user_id: str | None = None) -> None:
         """Wait until every queued turn (of ``user_id``, when given) has been written."""
         while (self._pending[user_id] if user_id is not None else self.pending) > 0:
