@@ -246,16 +246,17 @@ class Memkit:
         from memkit.extract import ObservedTurn
 
         turn = ObservedTurn(messages=checked, user_id=user_id, session_id=session_id)
-        assert self._observer is not None  # set by open()
+        observer = self._observer  # kept: closing drops the client's reference while this call waits
+        assert observer is not None  # set by open()
         # Its place in the queue first: a full queue refuses (wait=False) before the session is written, and
         # once it is written the turn is queued without a wait (nor a cancellation) in between.
-        await self._observer.reserve(wait=waits)
+        await observer.reserve(wait=waits)
         try:
             if session_id is not None:  # session() checks session_id; add_many checks every message, then writes
                 await self.short_term.session(session_id, user_id=user_id).add_many(checked)
-            self._observer.put(turn)
+            observer.put(turn)
         except BaseException:
-            self._observer.release()
+            observer.release()
             raise
 
     async def flush(self, user_id: str | None = None) -> None:

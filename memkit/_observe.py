@@ -23,7 +23,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from memkit._background import BackgroundTask
 from memkit._repr import short_repr
 from memkit._validation import check_text
-from memkit.errors import ContentError, ValidationError, WriterBusyError
+from memkit.errors import ContentError, NotOpenError, ValidationError, WriterBusyError
 from memkit.layers.shortterm._messages import ROLES
 
 if TYPE_CHECKING:
@@ -99,6 +99,7 @@ class Observer:
         self._held = 0
         """Turns queued and places reserved for turns about to be: at most ``max_pending``."""
         self._room = anyio.Event()
+        self._closing = False
         self._pending: Counter[str | None] = Counter()
         self._changed = anyio.Event()
         self._task: BackgroundTask | None = None
@@ -113,9 +114,12 @@ class Observer:
     async def reserve(self, *, wait: bool) -> None:
         """A place in the queue for one turn, waited for or refused (``WriterBusyError``) when it is full;
         ``put`` the turn or ``release`` the place after."""
-        if self._task is None:
-            raise ValidationError("the background writer is not running (is the client open?)")
-        while self._held >= self.config.max_pending:
+        while True:
+            if self._task is None or self._closing:
+                raise NotOpenError("the client closed while this observe() waited for room in the background "
+                                   "writer's queue; the turn was not queued or written")  # fmt: skip
+            if self._held < self.config.max_pending:
+                break
             if not wait:
                 raise WriterBusyError(
                     f"the background writer has {self.config.max_pending} turns queued (ObserveConfig.max_pending);"
@@ -147,6 +151,7 @@ class Observer:
         if self._task is None:
             return 0
         self._send.close()  # the task ends once the queue is empty
+        self._closing = True  # a call waiting for room is refused once the drain frees it
         try:
             await self._task.wait()
         finally:

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
-from memkit import ContentError, Memkit, ObserveConfig, ValidationError, WriterBusyError
+from memkit import ContentError, Memkit, NotOpenError, ObserveConfig, ValidationError, WriterBusyError
 from memkit.extract import FactEvent, ObservedTurn
 
 pytestmark = pytest.mark.anyio
@@ -222,3 +222,33 @@ async def test_turns_a_session_would_refuse_are_still_observed_without_one(extra
         await mem.flush()
         stored = {m.content for m in (await mem.long_term.list(user_id="ada")).memories}
         assert "The user lives in Lyon." in stored
+
+
+async def test_a_turn_waiting_for_room_when_the_client_closes_is_refused_with_a_memkit_error(tmp_path: Path) -> None:
+    """Closing drains the queue; a call still waiting for a place is then refused (it was anyio's
+    ClosedResourceError after its session had been written), and its session is left as it was."""
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    mem = await Memkit(url, embedder="hashing", observe=ObserveConfig(max_pending=1)).open()
+    gate = _gate(mem)
+    await mem.observe(user_id="ada", messages=_user("I live in Lyon."))
+    await anyio.sleep(0.01)
+    await mem.observe(user_id="ada", messages=_user("I work at Acme."))  # the queue is full
+    outcome: list[BaseException] = []
+
+    async def waiting() -> None:
+        try:
+            await mem.observe(user_id="ada", session_id="s", messages=_user("I like jazz."))
+        except NotOpenError as exc:
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(waiting)
+        await anyio.sleep(0.01)
+        group.start_soon(mem.aclose)
+        await anyio.sleep(0.01)
+        gate.set()
+    assert len(outcome) == 1 and "closed" in str(outcome[0])
+    async with Memkit(url, embedder="hashing") as again:
+        assert await again.short_term.session("s", user_id="ada").to_messages() == []
+        stored = {m.content for m in (await again.long_term.list(user_id="ada")).memories}
+        assert {"The user lives in Lyon.", "The user works at Acme."} <= stored  # the queue was drained
