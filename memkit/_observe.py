@@ -56,7 +56,7 @@ class ObserveConfig(msgspec.Struct, frozen=True, kw_only=True):
 def check_messages(messages: object) -> list[dict[str, Any]]:
     """A finished turn: a non-empty list of message dicts (OpenAI or Anthropic shape), each with a role a
     session takes and content that is text, blocks or absent; no NUL in its text (the writer stores facts
-    in long-term memory, which refuses it). Blocks a session refuses (images) are the session's to
+    in long-term memory, which refuses it). Blocks a session refuses (images, thinking) are the session's to
     refuse: the writer reads the text. Without these checks a bad turn was queued, then dropped by the
     writer without a word."""
     if isinstance(messages, dict | str) or not isinstance(messages, Sequence) or not messages:

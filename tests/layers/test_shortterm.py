@@ -214,44 +214,6 @@ async def test_a_failing_summarizer_loses_nothing_and_reports(caplog: pytest.Log
         assert count(await session.to_messages()) <= 300
 
 
-THINKING = {"type": "thinking", "thinking": "Two cities: call the tool for each.", "signature": "sig-Ab3=="}
-REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT"}
-
-
-async def test_thinking_blocks_are_kept_and_sent_back_to_anthropic_only(tmp_path: Any) -> None:
-    """An extended-thinking tool loop sends the assistant's thinking back with its tool results: the blocks
-    come back first in the assistant message, signature and all, after the session was stored and reopened;
-    OpenAI's shape has no place for them."""
-    url = f"sqlite:///{tmp_path / 'sessions.db'}"
-    async with Memkit(url, embedder="hashing") as first:
-        session = first.short_term.session("chat", user_id="ada")
-        await session.add({"role": "user", "content": "Weather in Oslo?"})
-        call = {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Oslo"}}
-        await session.add({"role": "assistant", "content": [THINKING, REDACTED, call]})
-        await session.add({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "4"}]})
-    async with Memkit(url, embedder="hashing") as second:
-        session = second.short_term.session("chat", user_id="ada")
-        anthropic = await session.to_messages(format="anthropic")
-        assert [m["role"] for m in anthropic] == ["user", "assistant", "user"]
-        assert anthropic[1]["content"][:2] == [THINKING, REDACTED]
-        assert anthropic[1]["content"][2]["type"] == "tool_use"
-        openai = await session.to_messages()
-        assert "sig-Ab3" not in json.dumps(openai) and "Two cities" not in json.dumps(openai)
-        assert openai[1]["tool_calls"][0]["id"] == "t1"
-
-
-async def test_bad_thinking_blocks_are_refused(mem: Memkit) -> None:
-    session = mem.short_term.session("bad", user_id="ada")
-    for bad, match in [
-        ({"role": "user", "content": [THINKING, {"type": "text", "text": "hi"}]}, "unsupported content block"),
-        ({"role": "assistant", "content": [{"type": "thinking", "thinking": "no signature"}]}, "signature"),
-        ({"role": "assistant", "content": [{"type": "redacted_thinking"}]}, "data"),
-    ]:
-        with pytest.raises(ContentError, match=match):
-            await session.add(bad)
-    assert await session.history() == []
-
-
 async def test_the_session_continues_in_another_process(tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path / 'sessions.db'}"
     async with Memkit(url, embedder="hashing") as first:

@@ -28,7 +28,6 @@ __all__ = [
     "Turn",
     "check_tool_order",
     "ROLES",
-    "Thinking",
     "parse_messages",
     "split_turns",
 ]
@@ -47,15 +46,6 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     """The call's arguments as JSON text (OpenAI's form; Anthropic's ``input`` object is encoded)."""
 
 
-class Thinking(msgspec.Struct, frozen=True, kw_only=True):
-    """An Anthropic ``thinking`` block (``text`` and its ``signature``) or ``redacted_thinking`` (``text`` holds
-    its ``data``): kept whole, as its signature covers it."""
-
-    redacted: bool = False
-    text: str
-    signature: str = ""
-
-
 class Message(msgspec.Struct, frozen=True, kw_only=True):
     role: Role
     content: str = ""
@@ -68,10 +58,6 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
     """A tool result that reports a failure (Anthropic's ``is_error``)."""
     seq: int = -1
     """Position in the session, given when it is added; folding checks it to know nothing moved."""
-    thinking: tuple[Thinking, ...] = ()
-    """An assistant's thinking blocks (Anthropic extended thinking): sent back by the Anthropic rendering
-    only (a tool-use loop must return them); not counted in the token budget, nor ever cut (their signature
-    covers them whole)."""
     tokens: int = 0
     """What it costs in a request, counted once when it is added (0: not counted yet)."""
 
@@ -132,17 +118,10 @@ def _from_blocks(role: str, blocks: list[Any], message: Mapping[str, Any]) -> li
     texts: list[str] = []
     calls: list[ToolCall] = []
     results: list[Message] = []
-    thoughts: list[Thinking] = []
     for block in blocks:
         kind = block.get("type") if isinstance(block, Mapping) else None
         if kind == "text":
             texts.append(_required_str(block, "text"))
-        elif kind == "thinking" and role == "assistant":
-            thoughts.append(
-                Thinking(text=_required_str(block, "thinking"), signature=_required_str(block, "signature"))
-            )
-        elif kind == "redacted_thinking" and role == "assistant":
-            thoughts.append(Thinking(redacted=True, text=_required_str(block, "data")))
         elif kind == "tool_use" and role == "assistant":
             calls.append(ToolCall(id=_required_str(block, "id"), name=_required_str(block, "name"),
                                   arguments=_json.encode(block.get("input", {})).decode()))  # fmt: skip
@@ -155,7 +134,7 @@ def _from_blocks(role: str, blocks: list[Any], message: Mapping[str, Any]) -> li
         else:
             raise ContentError(
                 f"unsupported content block {short_repr(kind)} in a {role} message; short-term memory keeps text, "
-                "tool_use and thinking (assistant) and tool_result (user) blocks"
+                "tool_use (assistant) and tool_result (user) blocks"
             )
     text = "\n".join(texts)
     name = _optional_str(message.get("name"), "name")
@@ -163,9 +142,7 @@ def _from_blocks(role: str, blocks: list[Any], message: Mapping[str, Any]) -> li
         return [
             Message(role="tool", content=text, tool_call_id=_optional_str(message.get("tool_call_id"), "tool_call_id"))
         ]
-    own = [Message(role=role, content=text, tool_calls=tuple(calls), name=name, thinking=tuple(thoughts))]  # type: ignore[arg-type]
-    if not (text or calls or thoughts) and results:
-        own = []
+    own = [Message(role=role, content=text, tool_calls=tuple(calls), name=name)] if text or calls or not results else []  # type: ignore[arg-type]
     return results + own
 
 
@@ -212,8 +189,8 @@ def _checked(message: Message, max_chars: int) -> Message:
         raise ContentError(f"message content must be a string, got {type(message.content).__name__}")
     if message.role == "tool" and not message.tool_call_id:
         raise ContentError("a tool message needs the tool_call_id of the call it answers")
-    if (message.tool_calls or message.thinking) and message.role != "assistant":
-        raise ContentError("only assistant messages carry tool_calls or thinking")
+    if message.tool_calls and message.role != "assistant":
+        raise ContentError("only assistant messages carry tool_calls")
     names = [message.name, message.tool_call_id, *(x for c in message.tool_calls for x in (c.id, c.name))]
     for name in names:
         if name is not None and (len(name) > _MAX_NAME_CHARS or "\n" in name or not name.strip()):
@@ -221,10 +198,9 @@ def _checked(message: Message, max_chars: int) -> Message:
                 f"names and ids must be one line of 1 to {_MAX_NAME_CHARS} characters, got {name[:80]!r}"
             )
     size = len(message.content) + sum(len(c.arguments) for c in message.tool_calls)
-    size += sum(len(t.text) + len(t.signature) for t in message.thinking)
     if size > max_chars:
         raise ContentError(f"the message has {size} characters; the limit is {max_chars} (max_message_chars)")
-    if not (message.content.strip() or message.tool_calls or message.thinking or message.role == "tool"):
+    if not (message.content.strip() or message.tool_calls or message.role == "tool"):
         raise ContentError(f"the {message.role} message is empty")
     try:
         _json.encode(message)

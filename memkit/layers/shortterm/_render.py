@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from memkit.layers.shortterm._messages import Message, Thinking, ToolCall, split_turns
+from memkit.layers.shortterm._messages import Message, ToolCall, split_turns
 from memkit.tokens import MESSAGE_OVERHEAD, Tokenizer
 
 __all__ = [
@@ -256,17 +256,10 @@ def _blocks(m: Message) -> list[dict[str, Any]]:
     if m.role == "tool":
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content}
         return [block | {"is_error": True}] if m.is_error else [block]
-    blocks: list[dict[str, Any]] = [_thinking_block(t) for t in m.thinking]  # first, as the model wrote them
-    blocks += [{"type": "text", "text": m.content}] if m.content else []
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
     return blocks + [
         {"type": "tool_use", "id": c.id, "name": c.name, "input": _arguments(c.arguments)} for c in m.tool_calls
     ]
-
-
-def _thinking_block(thought: Thinking) -> dict[str, Any]:
-    if thought.redacted:
-        return {"type": "redacted_thinking", "data": thought.text}
-    return {"type": "thinking", "thinking": thought.text, "signature": thought.signature}
 
 
 def to_anthropic(window: Window) -> AnthropicMessages:
