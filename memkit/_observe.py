@@ -93,12 +93,13 @@ class Observer:
         self.config = config
         self._send: MemoryObjectSendStream[ObservedTurn]
         self._receive: MemoryObjectReceiveStream[ObservedTurn]
-        # Unbounded: ``max_pending`` is kept by counting places (``_held``), so a place is taken before a
-        # session is written and the turn then queued without waiting (a stream's own bound cannot be reserved).
+        # Unbounded: ``max_pending`` is kept by counting places, so a place is taken before a session is
+        # written and the turn then queued without waiting (a stream's own bound cannot be reserved).
         self._send, self._receive = anyio.create_memory_object_stream[Any](math.inf)
-        self._held = 0
-        """Turns queued and places reserved for turns about to be: at most ``max_pending``."""
-        self._room = anyio.Event()
+        self._queued = 0
+        self._reserved = 0
+        """Places taken by calls still writing their session; with ``_queued`` at most ``max_pending``."""
+        self._counts_changed = anyio.Event()
         self._closing = False
         self._pending: Counter[str | None] = Counter()
         self._changed = anyio.Event()
@@ -113,32 +114,43 @@ class Observer:
 
     async def reserve(self, *, wait: bool) -> None:
         """A place in the queue for one turn, waited for or refused (``WriterBusyError``) when it is full;
-        ``put`` the turn or ``release`` the place after."""
+        ``put`` the turn or ``release`` the place after. Refused once the client is closing."""
         while True:
             if self._task is None or self._closing:
-                raise NotOpenError("the client closed while this observe() waited for room in the background "
-                                   "writer's queue; the turn was not queued or written")  # fmt: skip
-            if self._held < self.config.max_pending:
+                raise NotOpenError("the client is closing, so this observe() was refused; the turn was not "
+                                   "queued or written")  # fmt: skip
+            if self._queued + self._reserved < self.config.max_pending:
                 break
             if not wait:
                 raise WriterBusyError(
                     f"the background writer has {self.config.max_pending} turns queued (ObserveConfig.max_pending);"
                     " nothing was queued or written: retry, or call observe(..., wait=True) to wait for room"
                 )
-            await self._room.wait()
-        self._held += 1
+            await self._counts_changed.wait()
+        self._reserved += 1
 
     def release(self) -> None:
         """Give back a reserved place that no turn took."""
-        self._held -= 1
-        self._room.set()
-        self._room = anyio.Event()
+        self._reserved -= 1
+        self._notify_counts()
 
     def put(self, turn: ObservedTurn) -> None:
-        """Queue ``turn`` in a reserved place (never waits)."""
+        """Queue ``turn`` in its reserved place (never waits). Closing waits for reserved places to be filled,
+        so the queue is closed here only when that wait ran past ``close_timeout``."""
         check_text(turn.user_id, "user_id")
+        try:
+            self._send.send_nowait(turn)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise NotOpenError("the client closed (close_timeout ran out) before this observe() could queue "
+                               "its turn; its session, if given, has it") from None  # fmt: skip
+        self._reserved -= 1
+        self._queued += 1
         self._pending[turn.user_id] += 1
-        self._send.send_nowait(turn)
+        self._notify_counts()
+
+    def _notify_counts(self) -> None:
+        self._counts_changed.set()
+        self._counts_changed = anyio.Event()
 
     async def flush(self, user_id: str | None = None) -> None:
         """Wait until every queued turn (of ``user_id``, when given) has been written."""
@@ -150,11 +162,15 @@ class Observer:
         """Write what is queued, then stop; returns how many turns were still queued if cancelled meanwhile."""
         if self._task is None:
             return 0
-        self._send.close()  # the task ends once the queue is empty
-        self._closing = True  # a call waiting for room is refused once the drain frees it
+        self._closing = True
+        self._notify_counts()  # calls waiting for room are refused
         try:
+            while self._reserved:  # calls writing their session: their turns are queued before the queue closes
+                await self._counts_changed.wait()
+            self._send.close()  # the task ends once the queue is empty
             await self._task.wait()
         finally:
+            self._send.close()
             left = self.pending
             await self._task.stop()
             self._task = None
@@ -164,7 +180,8 @@ class Observer:
     async def _run(self) -> None:
         async with self._receive:
             async for turn in self._receive:
-                self.release()  # taken off the queue: its place is free (as a bounded stream's would be)
+                self._queued -= 1  # taken off the queue: its place is free (as a bounded stream's would be)
+                self._notify_counts()
                 try:
                     events = await self._write(turn)
                 except Exception as exc:  # one bad turn must not stop the writer, nor vanish

@@ -22,6 +22,12 @@ def _user(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}, {"role": "assistant", "content": "Noted."}]
 
 
+def _places_taken(mem: Memkit) -> int:
+    observer = mem._observer
+    assert observer is not None
+    return observer._queued + observer._reserved
+
+
 def _gate(mem: Memkit) -> anyio.Event:
     """Hold the writer before each turn until the returned event is set."""
     opened = anyio.Event()
@@ -189,7 +195,7 @@ async def test_two_turns_racing_for_the_last_place_one_is_queued_one_refused_at_
         assert await mem.short_term.session(refused, user_id="ada").to_messages() == []
         gate.set()
         await mem.flush()
-        assert mem._observer is not None and mem._observer._held == 0
+        assert mem._observer is not None and _places_taken(mem) == 0
 
 
 async def test_a_turn_cancelled_while_waiting_for_room_gives_its_place_back() -> None:
@@ -203,7 +209,7 @@ async def test_a_turn_cancelled_while_waiting_for_room_gives_its_place_back() ->
         assert await mem.short_term.session("s", user_id="ada").to_messages() == []  # not written
         gate.set()
         await mem.flush()
-        assert mem._observer is not None and mem._observer._held == 0 and mem._observer.pending == 0
+        assert mem._observer is not None and _places_taken(mem) == 0 and mem._observer.pending == 0
         await mem.observe(user_id="ada", messages=_user("I like jazz."), wait=False)  # room again
 
 
@@ -247,8 +253,56 @@ async def test_a_turn_waiting_for_room_when_the_client_closes_is_refused_with_a_
         group.start_soon(mem.aclose)
         await anyio.sleep(0.01)
         gate.set()
-    assert len(outcome) == 1 and "closed" in str(outcome[0])
+    assert len(outcome) == 1 and "closing" in str(outcome[0])
     async with Memkit(url, embedder="hashing") as again:
         assert await again.short_term.session("s", user_id="ada").to_messages() == []
         stored = {m.content for m in (await again.long_term.list(user_id="ada")).memories}
         assert {"The user lives in Lyon.", "The user works at Acme."} <= stored  # the queue was drained
+
+
+async def test_a_turn_whose_session_is_being_written_when_the_client_closes_is_still_queued(tmp_path: Path) -> None:
+    """Closing waits for calls that have their place and are writing their session (the turn was written
+    to the session, then refused by the closed queue: anyio's ClosedResourceError)."""
+    url = f"sqlite:///{tmp_path / 'agent.db'}"
+    mem = await Memkit(url, embedder="hashing").open()
+    session = mem.short_term.session("s", user_id="ada")
+    add_many = session.add_many
+
+    async def slow_add_many(messages: Any) -> None:
+        await anyio.sleep(0.05)
+        await add_many(messages)
+
+    session.add_many = slow_add_many  # type: ignore[method-assign]
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: mem.observe(user_id="ada", session_id="s", messages=_user("I live in Lyon.")))
+        await anyio.sleep(0.01)  # the call has its place and is writing the session
+        group.start_soon(mem.aclose)
+    async with Memkit(url, embedder="hashing") as again:
+        assert [m["content"] for m in await again.short_term.session("s", user_id="ada").to_messages()] == [
+            "I live in Lyon.", "Noted."]  # fmt: skip
+        assert "The user lives in Lyon." in {m.content for m in (await again.long_term.list(user_id="ada")).memories}
+
+
+async def test_a_turn_waiting_for_room_is_refused_when_the_close_gives_up_on_a_stuck_writer() -> None:
+    """The writer never finishes, close_timeout runs out: a call waiting for room is refused, not left waiting
+    for a place no one will free."""
+    config = ObserveConfig(max_pending=1)
+    mem = await Memkit("memory://", embedder="hashing", observe=config, close_timeout=0.2).open()
+    _gate(mem)  # never opened
+    await mem.observe(user_id="ada", messages=_user("I live in Lyon."))
+    await anyio.sleep(0.01)
+    await mem.observe(user_id="ada", messages=_user("I work at Acme."))  # the queue is full
+    refused: list[BaseException] = []
+
+    async def waiting() -> None:
+        try:
+            await mem.observe(user_id="ada", messages=_user("I like jazz."))
+        except NotOpenError as exc:
+            refused.append(exc)
+
+    with anyio.fail_after(3), pytest.warns(RuntimeWarning, match="gave up writing"):
+        async with anyio.create_task_group() as group:
+            group.start_soon(waiting)
+            await anyio.sleep(0.01)
+            await mem.aclose()
+    assert len(refused) == 1
