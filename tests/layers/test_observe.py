@@ -22,6 +22,22 @@ def _user(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}, {"role": "assistant", "content": "Noted."}]
 
 
+async def _full_queue(mem: Memkit) -> anyio.Event:
+    """With ``max_pending=1``: one turn held by the writer at the returned gate, one queued behind it."""
+    gate = _gate(mem)
+    await mem.observe(user_id="ada", messages=_user("I live in Lyon."))
+    await anyio.sleep(0.01)  # the writer takes it and waits at the gate: the queue is empty again
+    await mem.observe(user_id="ada", messages=_user("I work at Acme."))  # the queue is full
+    return gate
+
+
+async def _observe_or_note_refusal(mem: Memkit, refused: list[BaseException], session_id: str | None) -> None:
+    try:
+        await mem.observe(user_id="ada", session_id=session_id, messages=_user("I like jazz."))
+    except NotOpenError as exc:
+        refused.append(exc)
+
+
 def _places_taken(mem: Memkit) -> int:
     observer = mem._observer
     assert observer is not None
@@ -200,10 +216,7 @@ async def test_two_turns_racing_for_the_last_place_one_is_queued_one_refused_at_
 
 async def test_a_turn_cancelled_while_waiting_for_room_gives_its_place_back() -> None:
     async with Memkit("memory://", embedder="hashing", observe=ObserveConfig(max_pending=1)) as mem:
-        gate = _gate(mem)
-        await mem.observe(user_id="ada", messages=_user("I live in Lyon."))
-        await anyio.sleep(0.01)
-        await mem.observe(user_id="ada", messages=_user("I work at Acme."))  # the queue is full
+        gate = await _full_queue(mem)
         with anyio.move_on_after(0.05):
             await mem.observe(user_id="ada", session_id="s", messages=_user("I like jazz."))
         assert await mem.short_term.session("s", user_id="ada").to_messages() == []  # not written
@@ -235,20 +248,10 @@ async def test_a_turn_waiting_for_room_when_the_client_closes_is_refused_with_a_
     ClosedResourceError after its session had been written), and its session is left as it was."""
     url = f"sqlite:///{tmp_path / 'agent.db'}"
     mem = await Memkit(url, embedder="hashing", observe=ObserveConfig(max_pending=1)).open()
-    gate = _gate(mem)
-    await mem.observe(user_id="ada", messages=_user("I live in Lyon."))
-    await anyio.sleep(0.01)
-    await mem.observe(user_id="ada", messages=_user("I work at Acme."))  # the queue is full
+    gate = await _full_queue(mem)
     outcome: list[BaseException] = []
-
-    async def waiting() -> None:
-        try:
-            await mem.observe(user_id="ada", session_id="s", messages=_user("I like jazz."))
-        except NotOpenError as exc:
-            outcome.append(exc)
-
     async with anyio.create_task_group() as group:
-        group.start_soon(waiting)
+        group.start_soon(_observe_or_note_refusal, mem, outcome, "s")
         await anyio.sleep(0.01)
         group.start_soon(mem.aclose)
         await anyio.sleep(0.01)
@@ -288,21 +291,11 @@ async def test_a_turn_waiting_for_room_is_refused_when_the_close_gives_up_on_a_s
     for a place no one will free."""
     config = ObserveConfig(max_pending=1)
     mem = await Memkit("memory://", embedder="hashing", observe=config, close_timeout=0.2).open()
-    _gate(mem)  # never opened
-    await mem.observe(user_id="ada", messages=_user("I live in Lyon."))
-    await anyio.sleep(0.01)
-    await mem.observe(user_id="ada", messages=_user("I work at Acme."))  # the queue is full
+    await _full_queue(mem)  # its gate never opened
     refused: list[BaseException] = []
-
-    async def waiting() -> None:
-        try:
-            await mem.observe(user_id="ada", messages=_user("I like jazz."))
-        except NotOpenError as exc:
-            refused.append(exc)
-
     with anyio.fail_after(3), pytest.warns(RuntimeWarning, match="gave up writing"):
         async with anyio.create_task_group() as group:
-            group.start_soon(waiting)
+            group.start_soon(_observe_or_note_refusal, mem, refused, None)
             await anyio.sleep(0.01)
             await mem.aclose()
     assert len(refused) == 1
