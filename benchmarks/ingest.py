@@ -3,14 +3,15 @@
     python -m benchmarks.ingest --json out/ingest.json [--plot out/ingest.png] [--sizes 10k,100k]
         [--backends memory,sqlite,redis,postgres]
 
-For each backend and size n, in one run:
+For each backend and size n, in one run (each pair in a process of its own, on storage of its own):
 
 - ``store_many``: n pre-embedded memories of 100 users (8 words each from a Zipf-distributed vocabulary),
   stored with ``long_term.store_many`` in batches of 1,000 (dedupe on, as users run it); the last 1,000
   are timed (``per_s``), and ``per_s_median_last_batches`` is the median rate of the last 10 batches (one
   batch's rate swings 2-3x on a shared machine).
 - ``store``: the same collection, 1,000 more memories stored one at a time with ``long_term.store``.
-- ``rss_peak_mb``: the process's peak resident memory after that size (it only grows; read per row).
+- ``rss_peak_mb``: the peak resident memory of that pair's process (read after each API's row; ``pid`` names
+  the process).
 
 Vectors come from an ``Embedder`` that looks them up (``LookupEmbedder``), so the model is not measured.
 Also, on memory:// at the largest size, the recall p50 through ``long_term.recall`` next to the scoring
@@ -25,7 +26,11 @@ every user must do) were all it cost, timed with ``memkit.scoring.stream_floor``
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -46,6 +51,8 @@ BATCH = 1_000
 TIMED = 1_000
 STEADY_BATCHES = 10
 _CHUNK = BATCH
+ROOT = Path(__file__).resolve().parent.parent
+"""A checkout's root, where ``-m benchmarks.ingest`` is found (installed, the package needs no folder)."""
 """Rows of the corpus's vectors drawn at a time: a batch's (drawn before the batch is timed)."""
 
 
@@ -187,7 +194,11 @@ def rss_peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def bench_size(url: str, n: int, progress: tqdm) -> tuple[list[dict[str, Any]], Any]:  # type: ignore[type-arg]
+class Progress(Protocol):
+    def update(self, n: int) -> object: ...
+
+
+async def bench_size(url: str, n: int, progress: Progress) -> tuple[list[dict[str, Any]], Any]:
     from memkit import Memkit, NewMemory
 
     items, vectors = corpus(n + TIMED, keep_all=False)  # drawn batch by batch: the process holds the store alone
@@ -289,19 +300,17 @@ def _url(name: str, urls: dict[str, str], sqlite_file: Path) -> str:
     return urls[name]
 
 
-async def amain(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace) -> None:
     sizes = parse_sizes(args.sizes)
     wanted = args.backends.split(",")
     rows: list[dict[str, Any]] = []
     overheads: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        urls = backend_urls(wanted, stack, Path(tmp), name="ingest", redis_modules=True)
+    with tempfile.TemporaryDirectory() as tmp:
         total = sum(n + TIMED for n in sizes) * len(wanted)
         with tqdm(total=total, desc="ingest benchmark", unit="memory") as progress:
             for name in wanted:
                 for n in sizes:
-                    url = _url(name, urls, Path(tmp) / f"ingest-{n}.db")
-                    found, overhead = await bench_size(url, n, progress)
+                    found, overhead = run_worker(name, n, Path(tmp) / f"{name}-{n}", progress)
                     rows += [{"backend": name, "n": n, **row} for row in found]
                     overheads += [overhead] if overhead and n == max(sizes) else []
     print_table(rows, ["backend", "n", "api", "per_s", "per_s_median_last_batches", "rss_peak_mb"])
@@ -312,6 +321,40 @@ async def amain(args: argparse.Namespace) -> None:
     write_json(args.json_path, {"rows": rows, "recall_overhead": overheads})
     if args.plot:
         plot(args.plot, rows)
+
+
+def run_worker(name: str, n: int, where: Path, progress: tqdm) -> tuple[list[dict[str, Any]], Any]:  # type: ignore[type-arg]
+    """One backend at one size in a process of its own, on storage of its own (a new SQLite file, Redis server or
+    Postgres schema), so its peak RSS is its own: in one process, each row's peak held every earlier row's (a
+    sqlite:// row read memory://'s 100k peak) and the store found the previous size's memories. The worker
+    prints the memories it has written, one count a line, for the bar; its figures come back as JSON."""
+    where.mkdir()
+    out = where / "figures.json"
+    with ExitStack() as stack:
+        urls = backend_urls([name], stack, where, name="ingest", redis_modules=True)
+        command = [sys.executable, "-m", f"{__package__}.ingest", "--worker", name, str(n),
+                   _url(name, urls, where / "ingest.db"), str(out)]  # fmt: skip
+        root = ROOT if __package__ == "benchmarks" else None
+        with subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, text=True) as worker:
+            assert worker.stdout is not None
+            for line in worker.stdout:
+                progress.update(int(line))
+        if worker.returncode:
+            raise SystemExit(f"the {name} worker at n={n} failed (exit {worker.returncode}; its output is above)")
+    found = json.loads(out.read_text())
+    return found["rows"], found["overhead"]
+
+
+class _Ticks:
+    """The worker's progress: each count written to stdout on a line of its own (for the parent's bar)."""
+
+    def update(self, n: int) -> None:
+        print(n, flush=True)
+
+
+def worker(n: int, url: str, out: str) -> None:
+    rows, overhead = anyio.run(bench_size, url, n, _Ticks())
+    Path(out).write_text(json.dumps({"rows": [{**row, "pid": os.getpid()} for row in rows], "overhead": overhead}))
 
 
 def plot(path: str, rows: list[dict[str, Any]]) -> None:
@@ -336,7 +379,13 @@ def main() -> None:
         help=f"comma-separated; also {', '.join(QUANTIZED)} (memory:// with rounded vectors)",
     )
     parser.add_argument("--plot", help="draw the figures as a PNG here (needs matplotlib)")
-    anyio.run(amain, parser.parse_args())
+    parser.add_argument("--worker", nargs=4, metavar=("BACKEND", "N", "URL", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        _, n, url, out = args.worker
+        worker(int(n), url, out)
+    else:
+        run(args)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,8 @@ def test_ingest_benchmark_writes_its_figures(tmp_path: Path) -> None:
     for row in rows:
         assert row["n"] == 3000 and row["per_s"] > 0 and row["per_s_median_last_batches"] > 0
         assert row["rss_peak_mb"] > 0
+    # each backend in a process of its own: a row's peak RSS is not an earlier backend's
+    assert len({row["pid"] for row in rows}) == 3 and rows[0]["pid"] == rows[1]["pid"]
     overhead, rounded = figures["recall_overhead"]
     assert rounded["backend"] == "memory-int8" and rounded["kernel_p50_ms"] > 0
     assert overhead["backend"] == "memory" and overhead["recall_api_p50_ms"] > 0 and overhead["kernel_p50_ms"] > 0
