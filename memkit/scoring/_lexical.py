@@ -35,12 +35,12 @@ _Item = TypeVar("_Item", bound=np.generic)
 
 @njit(cache=True, nogil=True)
 def _accumulate(  # noqa: PLR0917 - numba kernels take positional arguments
-    rows: npt.NDArray[np.int64],
+    rows: npt.NDArray[np.int32],
     tfs: npt.NDArray[np.float32],
-    versions: npt.NDArray[np.int64],
+    versions: npt.NDArray[np.uint32],
     weight: float,
     doc_len: npt.NDArray[np.float32],
-    doc_version: npt.NDArray[np.int64],
+    doc_version: npt.NDArray[np.uint32],
     avg_len: float,
     wanted: npt.NDArray[np.uint8],
     out: npt.NDArray[np.float32],
@@ -103,16 +103,17 @@ def _score_rows(  # noqa: PLR0917 - numba kernels take positional arguments
 
 
 _EVERY_ROW = np.zeros(0, np.uint8)
-_PACK_Q = struct.Struct("=q").pack
-_PACK_F = struct.Struct("=f").pack
+_PACK_ROW = struct.Struct("=i").pack
+_PACK_TF = struct.Struct("=f").pack
+_PACK_VERSION = struct.Struct("=I").pack
 _FEW_ROWS = 16
 _ROW_COST_IN_POSTINGS = 40
 """A row scored from its own terms costs about as much as this many postings (measured at 100k rows)."""
 
 
 class _Postings(msgspec.Struct, gc=False):
-    """The postings of a term held by more than one row: rows (int64), term frequencies (float32) and row
-    versions (int64), each column a
+    """The postings of a term held by more than one row: rows (int32), term frequencies (float32) and row
+    versions (uint32; 64-bit rows and versions were ~8 MB more at 100k notes), each column a
     ``bytearray`` of packed values. A batch appends a term's postings with one C call a column, with amortised
     growth (numpy arrays resized and slice-assigned from lists per term per batch were most of a SQLite
     import's BM25 work). Neither the columns nor this struct are tracked by the cycle collector: with
@@ -132,24 +133,24 @@ class _Postings(msgspec.Struct, gc=False):
 
     @property
     def count(self) -> int:
-        return len(self.rows) // 8
+        return len(self.rows) // 4
 
     def extend(self, triples: list[int]) -> None:
         """Appends (row, tf, version) triples, given flat."""
         if len(triples) == 3:  # most terms of a batch (a name, a number, a rare word): packed directly, 5x faster
-            self.rows += _PACK_Q(triples[0])
-            self.tfs += _PACK_F(triples[1])
-            self.versions += _PACK_Q(triples[2])
+            self.rows += _PACK_ROW(triples[0])
+            self.tfs += _PACK_TF(triples[1])
+            self.versions += _PACK_VERSION(triples[2])
             return
-        self.rows += array("q", triples[0::3])
+        self.rows += array("i", triples[0::3])
         self.tfs += array("f", triples[1::3])
-        self.versions += array("q", triples[2::3])
+        self.versions += array("I", triples[2::3])
 
-    def views(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        return (np.frombuffer(self.rows, np.int64), np.frombuffer(self.tfs, np.float32),
-                np.frombuffer(self.versions, np.int64))  # fmt: skip
+    def views(self) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32], npt.NDArray[np.uint32]]:
+        return (np.frombuffer(self.rows, np.int32), np.frombuffer(self.tfs, np.float32),
+                np.frombuffer(self.versions, np.uint32))  # fmt: skip
 
-    def sweep(self, doc_version: npt.NDArray[np.int64]) -> None:
+    def sweep(self, doc_version: npt.NDArray[np.uint32]) -> None:
         rows, tfs, versions = self.views()
         keep = doc_version[rows] == versions
         kept = rows[keep].tobytes(), tfs[keep].tobytes(), versions[keep].tobytes()
@@ -240,11 +241,13 @@ class Bm25Index:
         # these columns, at the term's id. Most distinct terms of a collection (names, numbers, rare words)
         # are held by one row, and a struct of three buffers each was ~400 bytes a term: 60 MB at 100k notes.
         self._postings: list[_Postings | None] = []
-        self._one = (array("q"), array("f"), array("q"))  # row, tf, version
+        self._one = (array("i"), array("f"), array("I"))  # row, tf, version
         self._rows = _RowTerms()
         self._n_docs = 0
         self._doc_len = np.zeros(64, np.float32)
-        self._doc_version = np.zeros(64, np.int64)
+        # A row's version goes up by one each time it is removed, wrapping past 2**32: a stale posting is
+        # mistaken for live only if its row was rewritten a multiple of 2**32 times before a sweep.
+        self._doc_version = np.zeros(64, np.uint32)
         self._total_len = 0
 
     def __len__(self) -> int:
@@ -255,7 +258,7 @@ class Bm25Index:
             size = max(row + 1, self._doc_len.shape[0] * 2)
             self._doc_len = _grown(self._doc_len, self._doc_len.shape[0], size)
             self._doc_version = np.concatenate(
-                [self._doc_version, np.zeros(size - self._doc_version.shape[0], np.int64)]
+                [self._doc_version, np.zeros(size - self._doc_version.shape[0], np.uint32)]
             )
 
     def add(self, row: int, tokens: list[str]) -> None:
@@ -329,13 +332,13 @@ class Bm25Index:
                 self._terms[found] = term
         return found
 
-    def _views(self, term_id: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    def _views(self, term_id: int) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.float32], npt.NDArray[np.uint32]]:
         postings = self._postings[term_id]
         if postings is not None:
             return postings.views()
         rows, tfs, versions = self._one
-        return (np.frombuffer(rows, np.int64, 1, 8 * term_id), np.frombuffer(tfs, np.float32, 1, 4 * term_id),
-                np.frombuffer(versions, np.int64, 1, 8 * term_id))  # fmt: skip
+        return (np.frombuffer(rows, np.int32, 1, 4 * term_id), np.frombuffer(tfs, np.float32, 1, 4 * term_id),
+                np.frombuffer(versions, np.uint32, 1, 4 * term_id))  # fmt: skip
 
     def _count(self, term_id: int) -> int:
         """The term's postings, live or stale."""
@@ -348,7 +351,7 @@ class Bm25Index:
             return
         self._rows.drop(row)
         self._n_docs -= 1
-        self._doc_version[row] += 1  # every posting of this row is now stale
+        self._doc_version[row : row + 1] += 1  # every posting of this row is now stale (a slice wraps silently)
         self._total_len -= int(self._doc_len[row])
         self._doc_len[row] = 0
         for term_id in ids.tolist():

@@ -235,3 +235,19 @@ def test_ascii_punctuation_underscores_and_controls_split_words() -> None:
 
     assert tokenize("Tea_time!\tAT 5pm;\x00café's") == ["tea", "time", "5pm", "café"]
     assert normalize_for_dedupe("Hello,\nWORLD__42 ") == "hello world 42"
+
+
+def test_a_row_version_wraps_past_32_bits_and_stale_postings_stay_stale() -> None:
+    """Row versions are uint32 (8 MB less at 100k notes than int64): a rewrite at the last version wraps to
+    0, without an overflow warning, and the row's old postings still count for nothing."""
+    index = Bm25Index()
+    index.add_many([(row, ["alpha", f"id{row}"]) for row in (0, 2)])
+    index._doc_version[1] = 2**32 - 1  # as if row 1 had been rewritten that often (its postings swept meanwhile)
+    index.add_many([(1, ["alpha", "beta"])])
+    index.add_many([(1, ["beta", "gamma"])])  # removes version 2**32 - 1's postings: the version wraps to 0
+    assert int(index._doc_version[1]) == 0
+    docs = {0: ["alpha", "id0"], 1: ["beta", "gamma"], 2: ["alpha", "id2"]}
+    for query in (["alpha"], ["beta"], ["gamma", "id2"]):
+        want = reference_bm25(docs, query, 3)
+        np.testing.assert_allclose(index.score(query, 3)[0], want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(index.score(query, 3, np.arange(3))[0], want, rtol=1e-4, atol=1e-5)
