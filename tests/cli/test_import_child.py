@@ -58,7 +58,7 @@ def _here(path: Path, options: dict[str, Any]) -> list[Any]:
 
 def _without_write_id(body: bytes) -> dict[str, Any]:
     decoded: dict[str, Any] = json.loads(body)
-    assert decoded.pop("_w").startswith("t")  # each write's own id; the content is the text
+    assert decoded.pop("_w").startswith("u")  # each write's own id; the content is the text, id and scope the record's
     return decoded
 
 

@@ -68,3 +68,31 @@ async def test_a_body_pointing_at_a_missing_text_is_reported_not_guessed(mem: Me
     await mem.backend.upsert(mem.long_term.config.collection, [msgspec.structs.replace(record, text=None)])
     with pytest.raises(CorruptDataError, match="content in its text"):
         await mem.long_term.get(stored.memory.id, user_id="ada")
+
+
+async def test_id_and_scope_are_kept_by_the_record_alone_and_read_back(mem: Memkit) -> None:
+    """The body leaves out the id and scope its record holds (~70 bytes a memory); decoding puts them back,
+    on every backend, for a memory with its content in the text and for one with context."""
+    lt = mem.long_term
+    plain = await lt.store("Ada's flight leaves at nine", user_id="ada", agent_id="planner")
+    told = await lt.store("from gate 12", user_id="ada", context="Ada's flight")
+    for stored in (plain, told):
+        assert stored.memory is not None
+        record = await _record(mem, stored.memory.id)
+        assert stored.memory.id.encode() not in record.body and b'"scope"' not in record.body
+        got = await lt.get(stored.memory.id, user_id="ada")
+        assert (got.id, got.scope, got.content) == (stored.memory.id, stored.memory.scope, stored.memory.content)
+    assert (await lt.get(plain.memory.id, user_id="ada")).scope == Scope(user_id="ada", agent_id="planner")  # type: ignore[union-attr]
+
+
+async def test_a_body_with_its_id_and_scope_reads_as_before(mem: Memkit) -> None:
+    """Bodies written before ids and scopes were left out (content in the text, mark ``t``) read unchanged."""
+    now = utcnow()
+    memory = Memory(id="older-1", scope=Scope(user_id="ada"), kind="fact", content="a note kept in its text",
+                    created_at=now, updated_at=now)  # fmt: skip
+    record = to_record(memory, (await HashingEmbedder(64).embed([memory.content]))[0])
+    older = msgspec.json.encode(msgspec.structs.replace(memory, content="")).replace(b'"content":"",', b"", 1)
+    older = older[:-1] + b',"_w":"t0123456789abcdef"}'
+    await mem.backend.upsert(mem.long_term.config.collection, [msgspec.structs.replace(record, body=older)])
+    got = await mem.long_term.get("older-1", user_id="ada")
+    assert (got.id, got.scope, got.content) == ("older-1", Scope(user_id="ada"), "a note kept in its text")
