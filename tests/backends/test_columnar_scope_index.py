@@ -68,21 +68,29 @@ def test_a_scopes_rows_are_its_live_rows(ops: list[tuple[str, int, str | None, s
 @given(ops=st.lists(st.tuples(st.booleans(), st.sampled_from(["k1", "k2"]), st.sampled_from(["v", 1, True]),
                               st.integers(0, 20)), max_size=80))  # fmt: skip
 def test_the_field_index_holds_what_a_dict_of_sets_would(ops: list[tuple[bool, str, str | int, int]]) -> None:
-    """One-row keys keep a bare row number (no set for the cycle collector to walk); the rows are the same,
-    whether added key by key or as a record's fields, and ``True`` is not ``1``."""
-    index, want = FieldIndex(), dict[tuple[str, str | int, bool], set[int]]()
+    """One-row keys keep a bare row number (no set for the cycle collector to walk), and big keys a mask (here
+    from 2 rows on); the rows are the same, whether added key by key or as a record's fields, and ``True`` is
+    not ``1``."""
+    indexes, want = (FieldIndex(), FieldIndex(mask_min_rows=2)), dict[tuple[str, str | int, bool], set[int]]()
     for adding, name, value, row in ops:
         key = (name, value, isinstance(value, bool))
-        if adding:
-            if row % 2:
+        for index in indexes:
+            if not adding:
+                index.discard(key, row)
+            elif row % 2:
                 index.add(key, row)
             else:  # a record's fields: a tag tuple gives the same key
                 index.add_fields(row, {name: (value,)} if isinstance(value, str) else {name: value})
+        if adding:
             want.setdefault(key, set()).add(row)
         else:
-            index.discard(key, row)
             want.get(key, set()).discard(row)
     want = {key: rows for key, rows in want.items() if rows}
-    assert set(index) == set(want)
-    for key in [(name, value, isinstance(value, bool)) for name in ("k1", "k2") for value in ("v", 1, True)]:
-        assert set(index.rows(key)) == want.get(key, set())
+    keys = [(name, value, isinstance(value, bool)) for name in ("k1", "k2") for value in ("v", 1, True)]
+    for index in indexes:
+        assert set(index) == set(want)
+        for key in keys:
+            rows = want.get(key, set())
+            assert set(index.rows(key)) == rows and len(index.rows(key)) == len(rows)
+            assert all(row in index.rows(key) for row in rows) and -1 not in index.rows(key)
+            assert index.sorted_rows(key).tolist() == sorted(rows)
