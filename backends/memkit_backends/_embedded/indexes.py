@@ -192,7 +192,9 @@ class RowMask:
         return self._count
 
     def __contains__(self, row: object) -> bool:
-        return isinstance(row, int) and 0 <= row < len(self._mask) and self._mask[row] == 1
+        if not isinstance(row, int | np.integer):  # a numpy row too, as a set would find it
+            return False
+        return bool(0 <= row < len(self._mask) and self._mask[row] == 1)
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.sorted().tolist())
