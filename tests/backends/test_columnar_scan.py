@@ -89,6 +89,20 @@ def test_tags_are_indexed_each_and_unindexed_on_rewrite_and_delete() -> None:
     assert not any(key[0] == "tags" for key in collection._fields)
 
 
+def test_a_rewrite_from_1_to_true_is_indexed_again_and_reads_hand_out_their_own_fields() -> None:
+    """``{"n": 1} == {"n": True}`` in Python: the rewrite once kept the index's (n, 1) for a record holding
+    True. Fields are kept flat and each read builds its dict: changing one changes nothing stored."""
+    collection = ColumnarCollection()
+    collection.upsert([make_record("c", fields={"n": 1, "kind": "fact"})])
+    collection.upsert([make_record("c", fields={"n": True, "kind": "fact"})])
+    assert collection.count(ALICE, {"n": True}, None) == 1 and collection.count(ALICE, {"n": 1}, None) == 0
+    [got] = collection.get(["c"])
+    assert got.fields == {"n": True, "kind": "fact"} and got.fields["n"] is True
+    got.fields["kind"] = "changed"
+    assert collection.get(["c"])[0].fields == {"n": True, "kind": "fact"}
+    assert collection.count(ALICE, {"kind": "fact"}, None) == 1
+
+
 def test_nan_and_odd_field_values_are_refused_writing_nothing() -> None:
     collection = ColumnarCollection()
     for fields in ({"x": float("nan")}, {"x": float("inf")}, {"x": ["a"]}, {"x": ("a", 1)}, {"x": None}):
