@@ -327,7 +327,8 @@ def run_worker(name: str, n: int, where: Path, progress: tqdm) -> tuple[list[dic
     """One backend at one size in a process of its own, on storage of its own (a new SQLite file, Redis server or
     Postgres schema), so its peak RSS is its own: in one process, each row's peak held every earlier row's (a
     sqlite:// row read memory://'s 100k peak) and the store found the previous size's memories. The worker
-    prints the memories it has written, one count a line, for the bar; its figures come back as JSON."""
+    prints the memories it has written, one count a line (``_Ticks``), for the bar; its figures come back as
+    JSON."""
     where.mkdir()
     out = where / "figures.json"
     with ExitStack() as stack:
@@ -338,18 +339,25 @@ def run_worker(name: str, n: int, where: Path, progress: tqdm) -> tuple[list[dic
         with subprocess.Popen(command, cwd=root, stdout=subprocess.PIPE, text=True) as worker:
             assert worker.stdout is not None
             for line in worker.stdout:
-                progress.update(int(line))
+                if line.startswith(_TICK):
+                    progress.update(int(line[len(_TICK) :]))
+                else:  # anything else on its stdout (a library's print) is passed on, not taken for a count
+                    sys.stderr.write(line)
         if worker.returncode:
             raise SystemExit(f"the {name} worker at n={n} failed (exit {worker.returncode}; its output is above)")
     found = json.loads(out.read_text())
     return found["rows"], found["overhead"]
 
 
+_TICK = "memkit-ingest-progress "
+
+
 class _Ticks:
-    """The worker's progress: each count written to stdout on a line of its own (for the parent's bar)."""
+    """The worker's progress: each count written to stdout on a line of its own, after ``_TICK`` (for the
+    parent's bar)."""
 
     def update(self, n: int) -> None:
-        print(n, flush=True)
+        print(f"{_TICK}{n}", flush=True)
 
 
 def worker(n: int, url: str, out: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +97,16 @@ def test_backends_benchmark_writes_its_figures(tmp_path: Path) -> None:
     assert [(r["backend"], r["n"]) for r in rows] == [("memory", 500), ("sqlite", 500)]
     assert all(r["ingest_per_s"] > 0 and 0 < r["recall_p50_ms"] <= r["recall_p95_ms"] for r in rows)
     assert png.stat().st_size > 10_000
+
+
+def test_ingest_benchmark_passes_on_a_workers_stray_output(tmp_path: Path) -> None:
+    """A line a library prints on a worker's stdout is passed on to stderr, not read as a progress count (it
+    ended the run, every figure lost)."""
+    stray = 'import sys\nif "--worker" in sys.argv:\n    print("a library says hi")\n'
+    (tmp_path / "sitecustomize.py").write_text(stray)
+    out = tmp_path / "ingest.json"
+    done = subprocess.run([sys.executable, "-m", "benchmarks.ingest", "--sizes", "1000", "--backends", "memory",
+                           "--json", str(out)], check=True, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})  # fmt: skip
+    assert "a library says hi" in done.stderr
+    assert [row["api"] for row in json.loads(out.read_text())["rows"]] == ["store_many", "store"]
