@@ -71,6 +71,12 @@ class Candidates:
 
     def add(self, ids: Sequence[str], table: Table) -> None:
         """Rows with their numbers (columns as ``NUMBER_COLUMNS``); an id already held keeps its first row."""
+        if not self._ids:
+            position = dict(zip(ids, range(len(ids)), strict=True))
+            if len(position) == len(ids):  # a first list, or a whole scope: distinct ids, one C-level pass
+                self._position, self._ids = position, list(ids)
+                self._blocks.append(table)
+                return
         keep = []
         for at, row_id in enumerate(ids):
             if row_id not in self._position:

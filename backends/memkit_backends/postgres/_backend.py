@@ -300,6 +300,8 @@ class PostgresBackend(PostgresKeyValue):
             policy = DeepenPolicy(first_depth=_FIRST_DEPTH, growth=_GROWTH, max_depth=_MAX_DEPTH,
                                   whole_scope_below=_EXACT_SCOPE)  # fmt: skip
             ranked = await exact_top_k(source, query, policy)
+            if not ranked:  # an empty scope (a layer's keys collection, often): no round trip for no records
+                return []
             rows = await conn.fetch(f"SELECT {RECORD_COLUMNS} FROM {self._records(collection)} "
                                     "WHERE id = ANY($1::text[])", [i for i, _ in ranked])  # fmt: skip
         records = {row["id"]: decode_record(row) for row in rows}
