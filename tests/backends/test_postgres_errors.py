@@ -169,7 +169,7 @@ async def test_only_memkit_errors_leave_any_operation(backend: PostgresBackend) 
     """A table dropped behind the backend's back: every operation fails with a memkit error."""
     await backend.upsert(COLLECTION, [make_record("r", seed=1)])
     async with backend.pool.acquire() as conn:
-        await conn.execute(f"DROP TABLE {backend._records(COLLECTION)}")
+        await conn.execute(f"DROP TABLE {backend._records(COLLECTION)} CASCADE")
     alice = Scope(user_id="alice")
     operations = [
         backend.upsert(COLLECTION, [make_record("r", seed=1)]), backend.get(COLLECTION, ["r"]),

@@ -104,7 +104,10 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_url: str) -> Non
         assert await backend.count("notes", Scope(user_id="alice"), filters={"tags": "a"}) == 1
         assert [k for k, _ in (await backend.kv_scan("ns")).items] == ["a", "b"]
         async with backend.pool.acquire() as conn:
-            assert await conn.fetchval(f'SELECT value FROM "{schema}".memkit_meta WHERE key = $1', "version") == "3"
+            assert await conn.fetchval(f'SELECT value FROM "{schema}".memkit_meta WHERE key = $1', "version") == "4"
+            # A count a version 3 touch wrote into the row still counts, with the counters table's.
+            await conn.execute(f'UPDATE "{schema}"."{V1_TABLE}" SET access_count = 5, last_accessed = 1.0 '
+                               "WHERE id = 'old1'")  # fmt: skip
             assert await _embedding_storage(conn, schema, V1_TABLE) == "m"  # vectors written now stay inline
             assert await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", f'"{schema}"."{V1_TABLE}_scan"')
             collation = await conn.fetchval(
@@ -113,6 +116,9 @@ async def test_a_version_1_schema_is_upgraded_in_place(postgres_url: str) -> Non
                 schema,
             )
             assert collation == "C"
+        await backend.touch("notes", {"old1": 2}, at)
+        [old1] = await backend.get("notes", ["old1"])
+        assert (old1.access_count, old1.last_accessed) == (7, at)
     finally:
         for backend in backends:
             await backend.aclose()

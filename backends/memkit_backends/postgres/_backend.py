@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import asyncpg
 import msgspec
 import numpy as np
 
@@ -30,7 +31,15 @@ from memkit_backends.postgres._codec import (
 from memkit_backends.postgres._hybrid import HybridQuery
 from memkit_backends.postgres._kv import PostgresKeyValue
 from memkit_backends.postgres._nearest import batch_sql, group_rows, ids_sql
-from memkit_backends.postgres._sql import ID_ORDER, RECORD_COLUMNS, Where, collection_ddl, table_name, vector_ddl
+from memkit_backends.postgres._sql import (
+    COUNTERS_SUFFIX,
+    ID_ORDER,
+    RECORD_COLUMNS,
+    Where,
+    collection_ddl,
+    table_name,
+    vector_ddl,
+)
 
 __all__ = ["PostgresBackend"]
 
@@ -65,6 +74,14 @@ class PostgresBackend(PostgresKeyValue):
 
     def _records(self, collection: str) -> str:
         return self.table(table_name(collection))
+
+    def _counters(self, collection: str) -> str:
+        return self.table(table_name(collection) + COUNTERS_SUFFIX)
+
+    def _with_counters(self, collection: str) -> str:
+        """What ``RECORD_COLUMNS`` are read from: the records, each with its row of counts if it has one."""
+        records = self._records(collection)
+        return f"{records} LEFT JOIN {self._counters(collection)} c ON c.record_id = {records}.id"
 
     async def _known_dim(self, conn: Any, collection: str) -> tuple[bool, int | None]:
         if collection in self._dims:
@@ -201,13 +218,21 @@ class PostgresBackend(PostgresKeyValue):
         if not math.isfinite(at):
             raise ValidationError(f"touch at {at}: must be a finite time")
         ids = sorted(counts)  # rows locked in one order: concurrent touches of many ids do not deadlock
-        # One statement, a HOT update: the counters are in no index, nothing is re-indexed.
-        await self.pool.execute(
-            f"UPDATE {self._records(collection)} AS t SET access_count = t.access_count + c.n, "
-            "last_accessed = greatest(t.last_accessed, $3) FROM unnest($1::text[], $2::bigint[]) AS c(id, n) "
-            "WHERE t.id = c.id",
-            ids, [int(counts[i]) for i in ids], float(at),
-        )  # fmt: skip
+        # One statement into the counters table (``_sql._counters_ddl``): the records' rows are not rewritten.
+        # Ids no longer stored are left out; one deleted while this runs fails the key check, and a second try
+        # leaves it out too.
+        sql = (
+            f"INSERT INTO {self._counters(collection)} AS k (record_id, reads, read_at) "
+            f"SELECT t.id, c.n, $3 FROM unnest($1::text[], $2::bigint[]) AS c(id, n) "
+            f"JOIN {self._records(collection)} t ON t.id = c.id ORDER BY t.id "
+            "ON CONFLICT (record_id) DO UPDATE SET reads = k.reads + excluded.reads, "
+            "read_at = greatest(k.read_at, excluded.read_at)"
+        )
+        params = (ids, [int(counts[i]) for i in ids], float(at))
+        try:
+            await self.pool.execute(sql, *params)
+        except asyncpg.ForeignKeyViolationError:
+            await self.pool.execute(sql, *params)
 
     @retrying
     async def delete(self, collection: str, ids: Sequence[str], scope: Scope | None = None) -> int:
@@ -234,8 +259,8 @@ class PostgresBackend(PostgresKeyValue):
         where = Where()
         where.add(f"id = ANY({where.bind(list(ids))}::text[])")
         where.scope(scope)
-        rows = await self.pool.fetch(f"SELECT {RECORD_COLUMNS} FROM {self._records(collection)} WHERE {where.sql()}",
-                                     *where.params)  # fmt: skip
+        source = self._with_counters(collection)
+        rows = await self.pool.fetch(f"SELECT {RECORD_COLUMNS} FROM {source} WHERE {where.sql()}", *where.params)
         by_id = {row["id"]: decode_record(row) for row in rows}
         return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
 
@@ -260,7 +285,8 @@ class PostgresBackend(PostgresKeyValue):
         # Keyset: past the last (ts, id) seen, in the scan index's order; never an offset.
         where = Where().scope(scope).filters(filters).alive(now).after(position, descending=newest_first)
         order = f"ts DESC, {ID_ORDER} DESC" if newest_first else f"ts, {ID_ORDER}"
-        sql = f"SELECT {RECORD_COLUMNS} FROM {self._records(collection)} WHERE {where.sql()} ORDER BY {order} LIMIT "
+        source = self._with_counters(collection)
+        sql = f"SELECT {RECORD_COLUMNS} FROM {source} WHERE {where.sql()} ORDER BY {order} LIMIT "
         rows = await self.pool.fetch(sql + where.bind(limit), *where.params)
         records = [decode_record(row) for row in rows]
         last = records[-1] if records and len(records) == limit else None
@@ -302,7 +328,7 @@ class PostgresBackend(PostgresKeyValue):
             ranked = await exact_top_k(source, query, policy)
             if not ranked:  # an empty scope (a layer's keys collection, often): no round trip for no records
                 return []
-            rows = await conn.fetch(f"SELECT {RECORD_COLUMNS} FROM {self._records(collection)} "
+            rows = await conn.fetch(f"SELECT {RECORD_COLUMNS} FROM {self._with_counters(collection)} "
                                     "WHERE id = ANY($1::text[])", [i for i, _ in ranked])  # fmt: skip
         records = {row["id"]: decode_record(row) for row in rows}
         return [Hit(record=records[i], scores=scores) for i, scores in ranked if i in records]

@@ -17,8 +17,8 @@ from memkit.backend import FilterValue, Scope
 from memkit.errors import InvalidURLError
 
 __all__ = [
-    "HNSW_FILLFACTOR",
     "ID_ORDER",
+    "COUNTERS_SUFFIX",
     "RECORD_COLUMNS",
     "SCHEMA_VERSION",
     "Where",
@@ -31,23 +31,17 @@ __all__ = [
     "vector_ddl",
 ]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """1: the first layout. 2: access counters as columns, a (user, timestamp, id) index for scans, key-value
 keys in the "C" collation (code-point order, as kv_scan promises)."""
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 RECORD_COLUMNS: Final = (
     "id, user_id, agent_id, session_id, body, text, embedding::vector AS embedding, importance, ts, expires_at, "
-    "fields, access_count, last_accessed"
+    "fields, access_count + coalesce(c.reads, 0) AS access_count, greatest(last_accessed, c.read_at) AS last_accessed"
 )
-HNSW_FILLFACTOR: Final = 75
-"""Room on every page for a new row version where an HNSW graph is kept, so a touch is a HOT update and the
-graph gets no new entry. Rows at dim 384 are ~2 KB, 4 to a full page; measured at 20k rows right after a bulk
-load, a touch of 10 random records took 7.4 ms at the default fillfactor of 100 (each an HNSW insertion)
-and 0.64 ms at 75 (every one HOT), for a table 33% larger (3 rows a page). Without the graph (index=none)
-the default stays: there a touch that is not HOT costs only b-tree and GIN entries (1.04 ms against 0.90),
-while recall scores every row in scope and the larger table cost it 30% (p50 11 -> 15 ms at 100k rows on
-2 cores, the table past shared_buffers). The room holds one such row: of several rows of one page touched
-in one statement, one is HOT (the page's dead versions are pruned before the next)."""
+"""A record's columns, read from ``records_source``: its counters are the row's own (written before schema 4)
+plus its row of the counters table."""
+COUNTERS_SUFFIX: Final = "_counters"
 ID_ORDER: Final = 'id COLLATE "C"'
 """Ties of timestamps break by id in code-point order, as on every backend, whatever the database's collation."""
 
@@ -99,7 +93,21 @@ def collection_ddl(schema: str, table: str) -> list[str]:
         f'CREATE INDEX IF NOT EXISTS "{table}_expiry" ON {qualified} (expires_at) WHERE expires_at IS NOT NULL',
         _scan_index(qualified, table),
         _inline_vectors(qualified),
+        _counters_ddl(schema, table),
     ]
+
+
+def _counters_ddl(schema: str, table: str) -> str:
+    # A touch (a recall's access statistics) updates this narrow row, never the record's: an UPDATE rewrites
+    # the whole row, vector and text included, and a 2 KB row with no room on its page (the default fillfactor)
+    # is not a HOT update but a new version elsewhere with an entry in every index. Measured at 100k rows,
+    # 300 recalls repeated: 3-15% of touches were HOT, and recall p50 went 11.7 -> 18.4 ms in 900 recalls.
+    # The key references the record, so deleting a record deletes its counts (a record stored again under
+    # the same id starts from zero).
+    return (
+        f'CREATE TABLE IF NOT EXISTS "{schema}"."{table}{COUNTERS_SUFFIX}" (record_id text PRIMARY KEY '
+        f'REFERENCES "{schema}"."{table}" (id) ON DELETE CASCADE, reads bigint NOT NULL, read_at double precision)'
+    )
 
 
 def _scan_index(qualified: str, table: str) -> str:
@@ -121,6 +129,8 @@ def upgrade_collection_ddl(schema: str, table: str, version: int) -> list[str]:
         ]
     if version < 3:  # rows written from now on keep their vector inline; older ones until rewritten
         statements.append(_inline_vectors(qualified))
+    if version < 4:  # counts already in the rows stay there, and are added to the new table's on reading
+        statements.append(_counters_ddl(schema, table))
     return statements
 
 
@@ -135,10 +145,10 @@ def _inline_vectors(qualified: str) -> str:
 def vector_ddl(schema: str, table: str, dim: int, vector_type: str, *, hnsw: bool = True) -> list[str]:
     qualified = f'"{schema}"."{table}"'
     ops = "halfvec_cosine_ops" if vector_type == "halfvec" else "vector_cosine_ops"
-    # The fillfactor first: the type change after it rewrites the table, so every page gets the room.
-    statements = [f"ALTER TABLE {qualified} SET (fillfactor = {HNSW_FILLFACTOR})"] if hnsw else []
+    # No fillfactor below 100 (an earlier release kept room on each page so that a touch, then an UPDATE of the
+    # row, gave the graph no new entry): touches now go to the counters table (``_counters_ddl``).
     column = f"{vector_type}({dim})"
-    statements.append(f"ALTER TABLE {qualified} ALTER COLUMN embedding TYPE {column} USING embedding::{column}")
+    statements = [f"ALTER TABLE {qualified} ALTER COLUMN embedding TYPE {column} USING embedding::{column}"]
     statements.append(_inline_vectors(qualified))  # a type change takes the type's default storage
     if hnsw:
         statements.append(f'CREATE INDEX IF NOT EXISTS "{table}_hnsw" ON {qualified} USING hnsw (embedding {ops})')
