@@ -55,3 +55,15 @@ async def test_a_deleted_record_takes_its_counts_and_a_rewrite_keeps_them(backen
     await backend.upsert(COLLECTION, [make_record("r1", seed=1)])  # stored again: counted from zero
     [again] = await backend.get(COLLECTION, ["r1"])
     assert (again.access_count, again.last_accessed) == (0, None)
+
+
+async def test_a_collection_made_without_its_counters_table_gets_one(postgres_url: str) -> None:
+    """A memkit from before schema 4, still running beside the upgrade, may create a collection with no
+    counters table: the first process to use the collection makes it."""
+    url = fresh_postgres_url(postgres_url)
+    async with PostgresBackend(StorageURL(url)) as first:
+        await first.upsert(COLLECTION, [make_record("r1", seed=1)])
+        await first.pool.execute(f"DROP TABLE {first._counters(COLLECTION)}")
+    async with PostgresBackend(StorageURL(url)) as later:
+        await later.touch(COLLECTION, {"r1": 2}, 5.0)
+        assert [(r.access_count, r.last_accessed) for r in await later.get(COLLECTION, ["r1"])] == [(2, 5.0)]

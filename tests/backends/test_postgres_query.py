@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
+import msgspec
 import numpy as np
 import pytest
 from memkit_backends.postgres import PostgresBackend, _backend
@@ -59,6 +60,9 @@ async def test_a_small_scope_is_one_statement_and_an_empty_one_sends_no_more(
     sent = await counting.sent()
     assert len(sent) == 2 and sent[0].startswith("WITH gate")  # the scope counted and scored; its 5 records
     assert await backend.query(COLLECTION, _query("nobody", rng)) == []
+    assert len(await counting.sent()) == 1
+    filtered = msgspec.structs.replace(_query("nobody", rng), filters={"kind": "fact"}, min_importance=0.1)
+    assert await backend.query(COLLECTION, filtered) == []  # no best text score read for nothing to rank
     assert len(await counting.sent()) == 1
 
 

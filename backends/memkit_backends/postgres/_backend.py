@@ -1,7 +1,7 @@
 """``postgresql://``: asyncpg pool, pgvector, tsvector full-text search, JSONB fields (options: ``_options``).
 
-One table per collection; access counters are columns of it, outside every index, so a touch is a HOT
-update that re-indexes nothing. Queries rerank the server's candidate lists with memkit's kernel
+One table per collection, and beside it a narrow table of access counts, so a touch never rewrites a record's
+row (``_sql.counters_ddl``). Queries rerank the server's candidate lists with memkit's kernel
 (``memkit_backends._server.rerank.exact_top_k``); the key-value face lives in ``_kv``.
 """
 
@@ -37,6 +37,7 @@ from memkit_backends.postgres._sql import (
     RECORD_COLUMNS,
     Where,
     collection_ddl,
+    counters_ddl,
     table_name,
     vector_ddl,
 )
@@ -86,9 +87,17 @@ class PostgresBackend(PostgresKeyValue):
     async def _known_dim(self, conn: Any, collection: str) -> tuple[bool, int | None]:
         if collection in self._dims:
             return True, self._dims[collection]
-        row = await conn.fetchrow(f"SELECT dim FROM {self.table('memkit_collections')} WHERE name = $1", collection)
+        row = await conn.fetchrow(
+            f"SELECT dim, to_regclass($2) IS NOT NULL AS counted FROM {self.table('memkit_collections')} "
+            "WHERE name = $1",
+            collection, self._counters(collection),
+        )  # fmt: skip
         if row is None:
             return False, None
+        if not row["counted"]:  # made by a memkit before schema 4 (still running beside the upgrade, say)
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"memkit.{self._records(collection)}")
+                await conn.execute(counters_ddl(self.schema, table_name(collection)))
         self._dims[collection] = row["dim"]
         return True, row["dim"]
 
@@ -218,13 +227,13 @@ class PostgresBackend(PostgresKeyValue):
         if not math.isfinite(at):
             raise ValidationError(f"touch at {at}: must be a finite time")
         ids = sorted(counts)  # rows locked in one order: concurrent touches of many ids do not deadlock
-        # One statement into the counters table (``_sql._counters_ddl``): the records' rows are not rewritten.
-        # Ids no longer stored are left out; one deleted while this runs fails the key check, and a second try
-        # leaves it out too.
+        # One statement into the counters table (``_sql.counters_ddl``): the records' rows are not rewritten.
+        # Ids no longer stored are left out; the rows read are locked against a delete (the key check's own
+        # lock, taken first), and one deleted meanwhile is skipped. A key error is still tried once more.
         sql = (
             f"INSERT INTO {self._counters(collection)} AS k (record_id, reads, read_at) "
             f"SELECT t.id, c.n, $3 FROM unnest($1::text[], $2::bigint[]) AS c(id, n) "
-            f"JOIN {self._records(collection)} t ON t.id = c.id ORDER BY t.id "
+            f"JOIN {self._records(collection)} t ON t.id = c.id ORDER BY t.id FOR KEY SHARE OF t "
             "ON CONFLICT (record_id) DO UPDATE SET reads = k.reads + excluded.reads, "
             "read_at = greatest(k.read_at, excluded.read_at)"
         )

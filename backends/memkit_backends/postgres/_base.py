@@ -33,7 +33,8 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     ALL; UNLISTEN *; RESET ALL``: a round trip on every release, two of a recall's five, and nothing to undo.
     memkit leaves no session state behind: its settings are ``SET LOCAL`` or ``set_config(..., true)`` (the
     transaction's), its locks ``pg_advisory_xact_lock`` (the extension's session lock is taken and released in
-    the connection's ``init``, before the pool hands it out), and it opens no cursors and listens to nothing."""
+    the connection's ``init``, before the pool hands it out), and it opens no cursors and listens to nothing.
+    The bulk path's temporary staging table stays with the session, as it did (``ON COMMIT DELETE ROWS``)."""
     del conn
 
 

@@ -68,12 +68,15 @@ class HybridQuery:
         # as long from the client as the count and the scoring sent apart (a cached generic plan).
         sql = (
             f"WITH gate AS MATERIALIZED (SELECT count(*) AS n FROM (SELECT 1 FROM {self._table} WHERE {base} "
-            f"LIMIT {most + 1}) s) {scored} AND (SELECT n FROM gate) <= {most} "
+            f"LIMIT {most + 1}) s) {scored} AND ((SELECT n FROM gate) <= {most}) "
             f"UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, n FROM gate WHERE n > {most}"
         )
         rows = await self._conn.fetch(sql, *where.params)
         if rows and rows[0][_COUNT] is not None:
             return int(rows[0][_COUNT])
+        if not rows:  # nothing to rank: the best text score in scope is not read either
+            self._whole = Candidates()
+            return 0
         self._whole = await self._with_text_top()
         _add_scored(self._whole, rows)
         return len(rows)
@@ -142,7 +145,7 @@ class HybridQuery:
         sim = self._similarity_sql(where)
         lex = self._rank_sql(where) if self._tokens else "0.0"
         return (f"SELECT id, {sim} AS sim, {lex} AS lex, importance, ts, expires_at, NULL::bigint AS n "
-                f"FROM {self._table} WHERE {clauses}")  # fmt: skip
+                f"FROM {self._table} WHERE ({clauses})")  # fmt: skip
 
     async def _similar(self, base: Where, depth: int, candidates: Candidates) -> None:
         """The nearest rows in scope, each with its text score: a row the (truncated) text list misses

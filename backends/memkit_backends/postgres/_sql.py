@@ -23,6 +23,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Where",
     "collection_ddl",
+    "counters_ddl",
     "schema_ddl",
     "table_name",
     "upgrade_collection_ddl",
@@ -33,14 +34,15 @@ __all__ = [
 
 SCHEMA_VERSION: Final = 4
 """1: the first layout. 2: access counters as columns, a (user, timestamp, id) index for scans, key-value
-keys in the "C" collation (code-point order, as kv_scan promises)."""
+keys in the "C" collation (code-point order, as kv_scan promises). 3: vectors kept in the row (storage MAIN).
+4: access counts in a counters table per collection (``counters_ddl``); counts in the rows still count."""
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 RECORD_COLUMNS: Final = (
     "id, user_id, agent_id, session_id, body, text, embedding::vector AS embedding, importance, ts, expires_at, "
     "fields, access_count + coalesce(c.reads, 0) AS access_count, greatest(last_accessed, c.read_at) AS last_accessed"
 )
-"""A record's columns, read from ``records_source``: its counters are the row's own (written before schema 4)
-plus its row of the counters table."""
+"""A record's columns, read from ``PostgresBackend._with_counters`` (the records joined to their counters as
+``c``): its counts are the row's own (written before schema 4) plus its row of the counters table."""
 COUNTERS_SUFFIX: Final = "_counters"
 ID_ORDER: Final = 'id COLLATE "C"'
 """Ties of timestamps break by id in code-point order, as on every backend, whatever the database's collation."""
@@ -93,11 +95,11 @@ def collection_ddl(schema: str, table: str) -> list[str]:
         f'CREATE INDEX IF NOT EXISTS "{table}_expiry" ON {qualified} (expires_at) WHERE expires_at IS NOT NULL',
         _scan_index(qualified, table),
         _inline_vectors(qualified),
-        _counters_ddl(schema, table),
+        counters_ddl(schema, table),
     ]
 
 
-def _counters_ddl(schema: str, table: str) -> str:
+def counters_ddl(schema: str, table: str) -> str:
     # A touch (a recall's access statistics) updates this narrow row, never the record's: an UPDATE rewrites
     # the whole row, vector and text included, and a 2 KB row with no room on its page (the default fillfactor)
     # is not a HOT update but a new version elsewhere with an entry in every index. Measured at 100k rows,
@@ -111,8 +113,8 @@ def _counters_ddl(schema: str, table: str) -> str:
 
 
 def _scan_index(qualified: str, table: str) -> str:
-    # A user's scan pages are read in index order: no sort of the whole scope per page. The counters
-    # (access_count, last_accessed) stay out of every index, so a touch is a HOT update.
+    # A user's scan pages are read in index order: no sort of the whole scope per page. The row's own counters
+    # (access_count, last_accessed: written before schema 4) stay out of every index.
     return f'CREATE INDEX IF NOT EXISTS "{table}_scan" ON {qualified} (user_id, ts, {ID_ORDER})'
 
 
@@ -130,7 +132,8 @@ def upgrade_collection_ddl(schema: str, table: str, version: int) -> list[str]:
     if version < 3:  # rows written from now on keep their vector inline; older ones until rewritten
         statements.append(_inline_vectors(qualified))
     if version < 4:  # counts already in the rows stay there, and are added to the new table's on reading
-        statements.append(_counters_ddl(schema, table))
+        statements.append(counters_ddl(schema, table))
+        statements.append(f"ALTER TABLE {qualified} RESET (fillfactor)")  # kept for touches (HNSW) before
     return statements
 
 
