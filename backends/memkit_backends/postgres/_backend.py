@@ -96,8 +96,9 @@ class PostgresBackend(PostgresKeyValue):
             return False, None
         if not row["counted"]:  # made by a memkit before schema 4 (still running beside the upgrade, say)
             async with conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"memkit.{self._records(collection)}")
-                await conn.execute(counters_ddl(self.schema, table_name(collection)))
+                table = table_name(collection)  # the lock ``_ensure`` takes: one creator of a collection's tables
+                await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"memkit.{self.schema}.{table}")
+                await conn.execute(counters_ddl(self.schema, table))
         self._dims[collection] = row["dim"]
         return True, row["dim"]
 
