@@ -30,7 +30,7 @@ _UNREACHABLE: tuple[type[BaseException], ...] = (*TRANSIENT, OSError)
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """What a connection goes back to the pool with: as it is, after asyncpg's own reset (a transaction left
     open rolled back, listeners dropped). asyncpg's default also sends ``SELECT pg_advisory_unlock_all(); CLOSE
-    ALL; UNLISTEN *; RESET ALL``: a round trip on every release, two of a recall's five, and nothing to undo.
+    ALL; UNLISTEN *; RESET ALL``: a round trip on every release (a recall releases two), with nothing to undo.
     memkit leaves no session state behind: its settings are ``SET LOCAL`` or ``set_config(..., true)`` (the
     transaction's), its locks ``pg_advisory_xact_lock`` (the extension's session lock is taken and released in
     the connection's ``init``, before the pool hands it out), and it opens no cursors and listens to nothing.

@@ -17,8 +17,8 @@ from memkit.backend import FilterValue, Scope
 from memkit.errors import InvalidURLError
 
 __all__ = [
-    "ID_ORDER",
     "COUNTERS_SUFFIX",
+    "ID_ORDER",
     "RECORD_COLUMNS",
     "SCHEMA_VERSION",
     "Where",
@@ -149,7 +149,7 @@ def vector_ddl(schema: str, table: str, dim: int, vector_type: str, *, hnsw: boo
     qualified = f'"{schema}"."{table}"'
     ops = "halfvec_cosine_ops" if vector_type == "halfvec" else "vector_cosine_ops"
     # No fillfactor below 100 (an earlier release kept room on each page so that a touch, then an UPDATE of the
-    # row, gave the graph no new entry): touches now go to the counters table (``_counters_ddl``).
+    # row, gave the graph no new entry): touches now go to the counters table (``counters_ddl``).
     column = f"{vector_type}({dim})"
     statements = [f"ALTER TABLE {qualified} ALTER COLUMN embedding TYPE {column} USING embedding::{column}"]
     statements.append(_inline_vectors(qualified))  # a type change takes the type's default storage
