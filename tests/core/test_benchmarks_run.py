@@ -92,6 +92,19 @@ def test_ingest_benchmark_writes_its_figures(tmp_path: Path) -> None:
     assert png.stat().st_size > 10_000
 
 
+def test_recall_rounds_benchmark_writes_its_figures(tmp_path: Path) -> None:
+    args = ["--backends", "sqlite,postgres", "--size", "1000", "--rounds", "2", "--queries", "20"]
+    rows, png = run_benchmark("recall_rounds", args, tmp_path)
+    assert [(r["backend"], r["round"]) for r in rows] == [
+        ("sqlite", 1),
+        ("sqlite", 2),
+        ("postgres", 1),
+        ("postgres", 2),
+    ]
+    assert all(r["n"] == 1000 and r["recall_p50_ms"] > 0 for r in rows)
+    assert png.stat().st_size > 10_000
+
+
 def test_backends_benchmark_writes_its_figures(tmp_path: Path) -> None:
     rows, png = run_benchmark("backends", ["--backends", "memory,sqlite", "--sizes", "500"], tmp_path)
     assert [(r["backend"], r["n"]) for r in rows] == [("memory", 500), ("sqlite", 500)]
