@@ -1,6 +1,7 @@
-"""Files written by older versions open and are upgraded in place to schema 4: schema 1 (full-text index
-without the scope column), schema 2 (no access counters, no physical key expiry, no pruned deletion log)
-and schema 3 (an FTS5 table where version 4 keeps a plain table of tokens)."""
+"""Files written by older versions open and are upgraded in place to schema 5: schema 1 (full-text index
+without the scope column), schema 2 (no access counters, no physical key expiry, no pruned deletion log),
+schema 3 (an FTS5 table where version 4 keeps a plain table of tokens) and schema 4 (access counts in the
+records' rows, where version 5 counts in a table beside them)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,11 @@ _FTS = {
     1: "CREATE VIRTUAL TABLE memkit_records_fts USING fts5 (tokens, tokenize = 'unicode61')",
     2: "CREATE VIRTUAL TABLE memkit_records_fts USING fts5 (tokens, scope, tokenize = 'unicode61')",
     3: "CREATE VIRTUAL TABLE memkit_records_fts USING fts5 (tokens, scope, tokenize = 'unicode61')",
+    4: "CREATE TABLE memkit_tokens (record INTEGER PRIMARY KEY, collection TEXT NOT NULL, id TEXT NOT NULL, "
+    "tokens TEXT NOT NULL)",
 }
+OLD_COUNT = 5
+"""Accesses counted in the record's row by versions 3 and 4 (version 5 adds its own counts to them)."""
 _ADDED_IN_3 = """
 ALTER TABLE memkit_records ADD COLUMN access_count INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE memkit_records ADD COLUMN last_accessed REAL;
@@ -55,7 +60,7 @@ LEXICAL = Weights(similarity=0.0, lexical=1.0, recency=0.0, importance=0.0)
 
 
 def write_old_file(path: Path, version: int) -> float:
-    """A file as version 1, 2 or 3 left it: one record with text and a vector, one key with a TTL."""
+    """A file as version 1, 2, 3 or 4 left it: one record with text and a vector, one key with a TTL."""
     now = time.time()
     with sqlite3.connect(path) as conn:
         conn.executescript(_V2_TABLES.format(version=version) + _FTS[version] + ";")
@@ -67,12 +72,16 @@ def write_old_file(path: Path, version: int) -> float:
         if version == 1:
             conn.execute("INSERT INTO memkit_records_fts (rowid, tokens) SELECT rowid, 'blue teapot attic' "
                          "FROM memkit_records")  # fmt: skip
+        elif version == 4:
+            conn.execute("INSERT INTO memkit_tokens SELECT rowid, collection, id, 'blue teapot attic' "
+                         "FROM memkit_records")  # fmt: skip
         else:
             conn.execute("INSERT INTO memkit_records_fts (rowid, tokens, scope) SELECT rowid, 'blue teapot attic', "
                          "'u0123456789abcdef0123' FROM memkit_records")  # fmt: skip
         conn.execute("INSERT INTO memkit_kv VALUES ('ns', 'k', ?, ?)", (b"v", now + 3600))
-        if version == 3:
+        if version >= 3:
             conn.executescript(_ADDED_IN_3)
+            conn.execute("UPDATE memkit_records SET access_count = ?, last_accessed = ?", (OLD_COUNT, now - 60))
     return now
 
 
@@ -87,30 +96,34 @@ def meta(path: Path, key: str) -> int:
         return int(conn.execute("SELECT value FROM memkit_meta WHERE key = ?", (key,)).fetchone()[0])
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 async def test_an_old_file_is_upgraded_in_place(tmp_path: Path, version: int) -> None:
     path = tmp_path / f"v{version}.db"
     now = write_old_file(path, version)
+    counted = OLD_COUNT if version >= 3 else 0
     async with opened(path) as backend:
         ask = Query(scope=Scope(user_id="u"), text="teapot", weights=LEXICAL, now=now, k=1)
         [hit] = await backend.query("memories", ask)
         assert hit.record.id == "teapot" and hit.scores.lexical == pytest.approx(1.0)
-        assert hit.record.fields == {"kind": "fact"} and hit.record.access_count == 0
+        assert hit.record.fields == {"kind": "fact"} and hit.record.access_count == counted
         assert await backend.kv_get("ns", "k") == b"v"
-        # What version 3 added works on the upgraded file.
+        # Counting works on the upgraded file, and adds to what the old version counted.
         await backend.touch("memories", {"teapot": 2}, now)
         [record] = await backend.get("memories", ["teapot"])
-        assert record.access_count == 2 and record.last_accessed == pytest.approx(now)
+        assert record.access_count == counted + 2 and record.last_accessed == pytest.approx(now)
         assert [k for k, _ in (await backend.kv_scan("ns")).items] == ["k"]
-    assert meta(path, "schema_version") == 4 and meta(path, "deletions_floor") == 0
+    assert meta(path, "schema_version") == 5 and meta(path, "deletions_floor") == 0
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT gc_at FROM memkit_kv").fetchone()[0] == pytest.approx(now + 3600)
         # Version 4: the FTS5 table is gone, the text's tokens (memkit's, stemmed) are kept by rowid.
         assert conn.execute("SELECT r.id, t.tokens FROM memkit_records r JOIN memkit_tokens t ON t.record = r.rowid"
                             ).fetchall() == [("teapot", "blue teapot attic")]  # fmt: skip
         assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memkit_records_fts'").fetchone() is None
+        # Version 5: the counts are beside the record, the old version's moved there from its row.
+        assert conn.execute("SELECT access_count, last_accessed FROM memkit_records").fetchall() == [(0, None)]
+        assert conn.execute("SELECT id, reads FROM memkit_counters").fetchall() == [("teapot", counted + 2)]
     async with opened(path) as backend:  # the upgrade is idempotent, and the counters persisted
-        assert (await backend.get("memories", ["teapot"]))[0].access_count == 2
+        assert (await backend.get("memories", ["teapot"]))[0].access_count == counted + 2
 
 
 async def test_two_clients_upgrading_at_once(tmp_path: Path) -> None:
@@ -126,7 +139,7 @@ async def test_two_clients_upgrading_at_once(tmp_path: Path) -> None:
     async with anyio.create_task_group() as group:
         for _ in range(6):
             group.start_soon(client)
-    assert counts == [1] * 6 and meta(path, "schema_version") == 4
+    assert counts == [1] * 6 and meta(path, "schema_version") == 5
 
 
 async def test_an_old_file_with_a_text_that_is_not_utf8_still_opens(tmp_path: Path) -> None:
@@ -142,7 +155,7 @@ async def test_an_old_file_with_a_text_that_is_not_utf8_still_opens(tmp_path: Pa
     async with opened(path) as backend:
         assert [r.id for r in await backend.get("memories", ["teapot"])] == ["teapot"]
         assert await backend.kv_get("ns", "k") == b"v"
-    assert meta(path, "schema_version") == 4
+    assert meta(path, "schema_version") == 5
 
 
 async def test_a_newer_file_is_refused(tmp_path: Path) -> None:

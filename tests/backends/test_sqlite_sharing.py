@@ -21,6 +21,12 @@ def deletions(path: Path) -> int:
         return int(conn.execute("SELECT count(*) FROM memkit_deletions").fetchone()[0])
 
 
+def row_version(path: Path, record_id: str) -> tuple[object, ...]:
+    """The record's row as stored: its rowid, change number and whole content."""
+    with sqlite3.connect(path) as conn:
+        return tuple(conn.execute("SELECT rowid, * FROM memkit_records WHERE id = ?", (record_id,)).fetchone())
+
+
 async def test_the_deletion_log_is_pruned_and_a_reader_left_behind_reloads(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -55,9 +61,11 @@ async def test_the_deletion_log_is_pruned_and_a_reader_left_behind_reloads(
 
 
 async def test_a_touch_is_seen_by_other_caches_and_leaves_the_text_index_alone(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'touch.db'}"
+    path = tmp_path / "touch.db"
+    url = f"sqlite:///{path}"
     async with open_backend(url) as one, open_backend(url) as two:
         await one.upsert("c", [make_record("r", text="some words"), make_record("s")])
+        before = row_version(path, "r")
         assert (await two.get("c", ["r"]))[0].access_count == 0  # cached in the second client
         assert await one.count("c", ALICE) == 2  # and in the first (loaded by a read, not by its writes)
         statements: list[str] = []
@@ -67,8 +75,14 @@ async def test_a_touch_is_seen_by_other_caches_and_leaves_the_text_index_alone(t
         conn.set_trace_callback(None)
         assert not any("fts" in s for s in statements), statements
         await one.touch("c", {"r": 1}, 50.0)
+        assert row_version(path, "r") == before  # counted beside the record: its row is not rewritten
+        statements.clear()
+        two._conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
         [seen] = await two.get("c", ["r"])
+        two._conn.set_trace_callback(None)  # type: ignore[attr-defined]
         assert (seen.access_count, seen.last_accessed) == (3, 100.0)
+        # The other client caught up with the counts alone: no record row was changed for it to read again.
+        assert any("FROM memkit_counters WHERE seq >" in s for s in statements), statements
         await two.upsert("c", [make_record("r", text="rewritten")])  # counters stay beside the record
         assert (await one.get("c", ["r"]))[0].access_count == 3
         await two.delete("c", ["r"])
@@ -88,3 +102,19 @@ async def test_create_if_absent_is_atomic_across_clients(tmp_path: Path) -> None
         assert await two.replace("c", second, expected_body=None) is False
         assert await two.replace("c", first, expected_body=None) is True  # a retry of the winner's call
         assert (await two.get("c", ["node"]))[0].body == first.body
+
+
+async def test_counts_go_with_their_records_whichever_way_they_are_deleted(tmp_path: Path) -> None:
+    """SQLite enforces no foreign keys unless asked: every delete deletes the counters rows itself, or a record
+    stored again under the same id would come back with the counts of the one deleted."""
+    path = tmp_path / "gone.db"
+    async with open_backend(f"sqlite:///{path}") as backend:
+        await backend.upsert("c", [make_record("kept"), make_record("forgotten"), make_record("old", expires_at=5.0)])
+        await backend.touch("c", {"kept": 1, "forgotten": 2, "old": 3}, 1.0)
+        assert await backend.delete("c", ["forgotten"]) == 1
+        assert await backend.delete_expired("c", now=10.0) == 1
+        await backend.upsert("c", [make_record("forgotten"), make_record("old")])
+        got = {r.id: r.access_count for r in await backend.get("c", ["kept", "forgotten", "old"])}
+    assert got == {"kept": 1, "forgotten": 0, "old": 0}
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT id, reads FROM memkit_counters").fetchall() == [("kept", 1)]

@@ -58,19 +58,22 @@ async def test_an_unloaded_collection_still_refuses_what_it_cannot_hold(tmp_path
         assert await backend.count("c", ALICE) == 0  # all or nothing
 
 
-async def test_an_unloaded_upsert_keeps_good_counters_and_drops_unreadable_ones(tmp_path: Path) -> None:
+async def test_an_unloaded_upsert_keeps_counts_and_unreadable_counts_count_as_none(tmp_path: Path) -> None:
     path = tmp_path / "k.db"
     url = f"sqlite:///{path}"
     async with open_backend(url) as backend:
         await backend.upsert("c", [make_record("good", seed=1), make_record("bad", seed=2)])
         await backend.touch("c", {"good": 2, "bad": 5}, 100.0)
     with sqlite3.connect(path) as conn:  # what a hand edit or a bug could leave
-        conn.execute("UPDATE memkit_records SET access_count = 'many', last_accessed = 'then' WHERE id = 'bad'")
+        conn.execute("UPDATE memkit_counters SET reads = 'many', read_at = 'then' WHERE id = 'bad'")
     async with open_backend(url) as backend:
         await backend.upsert("c", [make_record("good", seed=3), make_record("bad", seed=4)])
         assert loaded(backend) == set()
         got = {r.id: (r.access_count, r.last_accessed) for r in await backend.get("c", ["good", "bad"])}
-    assert got == {"good": (2, 100.0), "bad": (0, None)}
+        assert got == {"good": (2, 100.0), "bad": (0, None)}  # statistics: the record itself stays readable
+        await backend.touch("c", {"bad": 1}, 50.0)
+    with sqlite3.connect(path) as conn:  # and its next count wrote readable ones
+        assert conn.execute("SELECT reads, read_at FROM memkit_counters WHERE id = 'bad'").fetchone() == (1, 50.0)
 
 
 def _short(record: Record) -> Record:
@@ -126,7 +129,7 @@ async def test_a_write_that_needs_the_collection_loads_it_before_taking_the_writ
         backend._conn.set_trace_callback(statements.append)  # type: ignore[attr-defined]
         assert await backend.delete("c", ["r1"]) == 1  # a delete updates the arrays: it loads them
         backend._conn.set_trace_callback(None)  # type: ignore[attr-defined]
-    load = next(i for i, s in enumerate(statements) if s.startswith("SELECT rowid, collection, id"))
+    load = next(i for i, s in enumerate(statements) if s.startswith("SELECT r.rowid, r.collection, r.id"))
     assert load < statements.index("BEGIN IMMEDIATE"), statements
 
 

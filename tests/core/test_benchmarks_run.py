@@ -105,6 +105,14 @@ def test_recall_rounds_benchmark_writes_its_figures(tmp_path: Path) -> None:
     assert png.stat().st_size > 10_000
 
 
+def test_sqlite_touch_benchmark_writes_its_figures(tmp_path: Path) -> None:
+    rows, png = run_benchmark("sqlite_touch", ["--size", "2000", "--slices", "10", "--rounds", "2"], tmp_path)
+    assert [(r["backend"], r["n"], r["round"]) for r in rows] == [("sqlite", 2000, 1), ("sqlite", 2000, 2)]
+    assert all(0 < r["touch_p50_ms"] <= r["touch_p99_ms"] and r["catch_up_ms"] > 0 for r in rows)
+    assert all(r["bytes_per_count"] > 0 for r in rows) or not Path("/proc/self/io").exists()
+    assert png.stat().st_size > 10_000
+
+
 def test_backends_benchmark_writes_its_figures(tmp_path: Path) -> None:
     rows, png = run_benchmark("backends", ["--backends", "memory,sqlite", "--sizes", "500"], tmp_path)
     assert [(r["backend"], r["n"]) for r in rows] == [("memory", 500), ("sqlite", 500)]

@@ -252,6 +252,14 @@ class ColumnarCollection(RowColumns):
             if np.isnan(last) or at > last:
                 self._last_access[row] = at
 
+    def set_counts(self, counts: Mapping[str, tuple[int, float | None]]) -> None:
+        """Set records' access counters to what their store holds (a cache catching up). Indexes nothing."""
+        for record_id, (count, last) in counts.items():
+            row = self._row_of.get(record_id)
+            if row is not None:
+                self._access[row] = count
+                self._last_access[row] = math.nan if last is None else last
+
     def _unindex(self, row: int, *, fields: bool = True, text: bool = True) -> None:
         record = self._records[row]
         if record is None:

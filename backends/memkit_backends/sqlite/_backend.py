@@ -318,8 +318,8 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         if not math.isfinite(at):
             raise ValidationError(f"touch time must be a finite number, got {at!r}")
         items = list(counts.items())
-        # Statistics queue with the recall queries, behind waiting writes, a slice per transaction: each
-        # updated row is rewritten whole, so 2,000 counts held the one connection for 60-107 ms, and a
+        # Statistics queue with the recall queries, behind waiting writes, a slice per transaction: when a count
+        # rewrote its record's row (before schema 5), 2,000 counts held the one connection for 60-107 ms, and a
         # store() arriving then waited for all of it (its p99 under a recall load 4.5x its p99 alone).
         # A cancel between slices keeps the slices written (``AccessTracker`` writes one slice a call).
         for start in range(0, len(items), _TOUCH_SLICE):
@@ -328,14 +328,17 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
     async def _touch_slice(self, collection: str, counts: Mapping[str, int], at: float) -> None:
         def write(conn: sqlite3.Connection, cache: ColumnarCollection) -> _Apply:
             live = {record_id: int(count) for record_id, count in counts.items() if record_id in cache}
-            if live:
-                # Two columns and the change number: other processes' caches reload the row; the
-                # full-text index is not touched.
+            if live:  # the write lock is ours and the arrays caught up: each of these has its row
+                # A small row per record beside it, with a change number for other clients' caches: the
+                # record's row (vector, text) is not rewritten, nor re-read by them.
                 first = next_seqs(conn, len(live))
                 conn.executemany(
-                    "UPDATE memkit_records SET access_count = access_count + ?, "
-                    "last_accessed = max(coalesce(last_accessed, ?), ?), seq = ? WHERE collection = ? AND id = ?",
-                    [(count, at, at, first + i, collection, rid) for i, (rid, count) in enumerate(live.items())],
+                    "INSERT INTO memkit_counters (collection, id, reads, read_at, seq) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (collection, id) DO UPDATE SET seq = excluded.seq, reads = excluded.reads + "
+                    "CASE WHEN typeof(reads) = 'integer' AND reads > 0 THEN reads ELSE 0 END, read_at = CASE WHEN "
+                    "typeof(read_at) IN ('integer', 'real') AND read_at > excluded.read_at THEN read_at "
+                    "ELSE excluded.read_at END",
+                    [(collection, rid, count, at, first + i) for i, (rid, count) in enumerate(live.items())],
                 )
             return lambda: cache.touch(live, at)
 
@@ -384,6 +387,7 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         conn.executemany("DELETE FROM memkit_tokens WHERE record = (SELECT rowid FROM memkit_records "
                          "WHERE collection = ? AND id = ?)", keys)  # fmt: skip
         conn.executemany("DELETE FROM memkit_records WHERE collection = ? AND id = ?", keys)
+        conn.executemany("DELETE FROM memkit_counters WHERE collection = ? AND id = ?", keys)
         log_deletions(conn, collection, ids, first)
         self._deletions_since_prune += len(ids)
         if self._deletions_since_prune >= self.prune_every:

@@ -25,7 +25,7 @@ from memkit.text import tokenize
 from memkit_backends._embedded.columnar import ColumnarCollection
 from memkit_backends._embedded.indexes import dim_after
 from memkit_backends.sqlite._cache import file_dim
-from memkit_backends.sqlite._codec import record_params
+from memkit_backends.sqlite._codec import counts_of, record_params
 from memkit_backends.sqlite._connect import next_seqs
 
 __all__ = [
@@ -47,11 +47,9 @@ UPSERT_SQL: Final = (
     "agent_id = excluded.agent_id, session_id = excluded.session_id, body = excluded.body, "
     "text = excluded.text, vector = excluded.vector, importance = excluded.importance, "
     "timestamp = excluded.timestamp, expires_at = excluded.expires_at, fields = excluded.fields, "
-    "seq = excluded.seq, "
-    "access_count = CASE WHEN typeof(access_count) = 'integer' THEN access_count ELSE 0 END, "
-    "last_accessed = CASE WHEN typeof(last_accessed) IN ('integer', 'real') THEN last_accessed END"
+    "seq = excluded.seq"
 )
-"""A record rewritten over a row keeps the row's counters if they can be read (else they are reset)."""
+"""A record rewritten over a row keeps its access counts: they are in ``memkit_counters``, by its id."""
 
 _FiniteFloat = Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
 _decode_fields = msgspec.json.Decoder(dict[str, str | int | _FiniteFloat | bool | tuple[str, ...]]).decode
@@ -208,8 +206,8 @@ def write_records(
     """Writes the rows and their texts' tokens; returns the tokens by id, for the cache (a text
     tokenized twice was a sixth of an import), and the counters of rows the cache could not decode
     (``undecodable``: their ids). ``cache``: None when the collection is not loaded. A record rewritten over a
-    row keeps the row's counters if they can be read (the ON CONFLICT clause resets those that cannot),
-    whether or not the rest of the row could: one rule, loaded or not."""
+    row keeps its counts (``memkit_counters``), whether or not the rest of the row could be read: one rule,
+    loaded or not."""
     # Refuses NaN fields and dimension mismatches before any SQL.
     dim = dim_after(records, stored_dim(conn, collection, cache))
     first = next_seqs(conn, len(records))
@@ -221,7 +219,7 @@ def write_records(
     counters: dict[str, tuple[int, float | None]] = {}
     for start in range(0, len(bad), 500):  # SQLite's limit on bound parameters
         chunk = bad[start : start + 500]
-        counters.update((record_id, (count, last)) for record_id, count, last in conn.execute(
-            "SELECT id, access_count, last_accessed FROM memkit_records WHERE collection = ? AND id IN "
+        counters.update((record_id, counts_of(reads, read_at)) for record_id, reads, read_at in conn.execute(
+            "SELECT id, reads, read_at FROM memkit_counters WHERE collection = ? AND id IN "
             f"({','.join('?' * len(chunk))})", (collection, *chunk)))  # fmt: skip
     return Written(tokens, counters)

@@ -2,7 +2,8 @@
 
 Another process may write the same file, so before every operation the cache compares SQLite's
 ``PRAGMA data_version`` with the last one it saw and, if it moved, applies only the rows whose change
-number (``seq``) is newer, and the deletions logged since. The deletion log is pruned (it grew by one
+number (``seq``) is newer, the access counts counted since (``memkit_counters`` rows: two numbers per
+record, not its row), and the deletions logged since. The deletion log is pruned (it grew by one
 row per forget, forever); ``deletions_floor`` is the newest change number pruned, and a cache that last
 looked before it reloads its collections instead of applying a log with holes.
 
@@ -14,13 +15,13 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from memkit.backend import Record
 from memkit.errors import CorruptDataError
 from memkit.scoring import StorageDtype
 from memkit_backends._embedded.columnar import ColumnarCollection
-from memkit_backends.sqlite._codec import RECORD_COLUMNS, record_from_row
+from memkit_backends.sqlite._codec import RECORD_COLUMNS, RECORD_SOURCE, counts_of, record_from_row
 
 __all__ = ["DELETIONS_KEPT", "RecordCache", "file_dim", "log_deletions", "prune_deletions"]
 
@@ -32,6 +33,10 @@ _LOAD_BATCH = 5_000
 _SEQ_COLUMN = 13
 _COLLECTION_COLUMN, _ID_COLUMN = 1, 2
 _TOKENS_COLUMN = 16
+_COUNTS_SQL: Final = "SELECT seq, collection, id, reads, read_at FROM memkit_counters WHERE seq > ? AND +collection IN "
+"""Records' counts, where they changed since a change number."""
+_Change = tuple[int, str, str, Literal["row", "counts", "deleted"], Any]
+"""A change to apply, in order: its number, collection, id, kind, and the record's row or its counts."""
 
 
 def _meta(conn: sqlite3.Connection, key: str) -> int:
@@ -108,32 +113,38 @@ class RecordCache:
         self.last_seq, self.data_version = seq, version
 
     def _apply_changes(self, conn: sqlite3.Connection) -> None:
-        # Only the loaded collections' changes: another process importing into a collection this one never
-        # read would otherwise have each of its rows, vector and all, fetched here to be dropped.
-        loaded = list(self.collections)
-        # ``+collection``: SQLite otherwise plans the scope index (collection first) and reads every row of
-        # the loaded collections for a few changed ones: 2.3 s per catch-up at 100k rows, 0.1 ms by seq.
-        among = f"+collection IN ({','.join('?' * len(loaded))})"
-        rows = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE seq > ? AND {among}",
-                            (self.last_seq, *loaded))  # fmt: skip
-        changes: list[tuple[int, str, str, tuple[Any, ...] | None]] = [
-            (row[_SEQ_COLUMN], row[_COLLECTION_COLUMN], row[_ID_COLUMN], row) for row in rows
-        ]
-        deletions = conn.execute(f"SELECT seq, collection, id FROM memkit_deletions WHERE seq > ? AND {among}",
-                                 (self.last_seq, *loaded))  # fmt: skip
-        changes.extend((seq, name, record_id, None) for seq, name, record_id in deletions)
-        changes.sort(key=lambda change: change[0])
-        for _, name, record_id, row in changes:
+        for _, name, record_id, kind, change in sorted(self._changes(conn), key=lambda change: change[0]):
             collection, bad = self.collections[name], self.undecodable.setdefault(name, set())
-            if row is None:
+            if kind == "deleted":
                 collection.delete([record_id])
                 bad.discard(record_id)
-            elif (record := self._decode(row, collection.dim)) is None:
+            elif kind == "counts":  # of a record in the arrays (one that cannot be decoded is not: not counted)
+                collection.set_counts({record_id: change})
+            elif (record := self._decode(change, collection.dim)) is None:
                 collection.delete([record_id])
                 bad.add(record_id)
             else:
-                collection.upsert([record], keep_counters=False, tokens=_stored_tokens(row, record))
+                collection.upsert([record], keep_counters=False, tokens=_stored_tokens(change, record))
                 bad.discard(record_id)
+
+    def _changes(self, conn: sqlite3.Connection) -> list[_Change]:
+        """The loaded collections' changes since ``last_seq``: rows written, counts counted, rows deleted."""
+        # Only the loaded collections': another process importing into a collection this one never read
+        # would otherwise have each of its rows, vector and all, fetched here to be dropped.
+        loaded = list(self.collections)
+        # ``+collection``: SQLite otherwise plans the scope index (collection first) and reads every row of
+        # the loaded collections for a few changed ones: 2.3 s per catch-up at 100k rows, 0.1 ms by seq.
+        among = f"({','.join('?' * len(loaded))})"
+        rows = conn.execute(f"SELECT {RECORD_COLUMNS} FROM {RECORD_SOURCE} WHERE r.seq > ? AND +r.collection IN "
+                            f"{among}", (self.last_seq, *loaded))  # fmt: skip
+        changes: list[_Change] = [(row[_SEQ_COLUMN], row[_COLLECTION_COLUMN], row[_ID_COLUMN], "row", row)
+                                  for row in rows]  # fmt: skip
+        changes.extend((seq, name, record_id, "counts", counts_of(reads, read_at)) for seq, name, record_id, reads,
+                       read_at in conn.execute(_COUNTS_SQL + among, (self.last_seq, *loaded)))  # fmt: skip
+        deletions = conn.execute(f"SELECT seq, collection, id FROM memkit_deletions WHERE seq > ? AND +collection "
+                                 f"IN {among}", (self.last_seq, *loaded))  # fmt: skip
+        changes.extend((seq, name, record_id, "deleted", None) for seq, name, record_id in deletions)
+        return changes
 
     # -- loading ------------------------------------------------------------------------------------
     def collection(self, conn: sqlite3.Connection, name: str) -> ColumnarCollection:
@@ -169,8 +180,8 @@ class RecordCache:
         # the file is read in the table's own order (``+collection``: the scope index's order is by user,
         # so every row was a jump: 0.9 -> 0.5 s for 100k rows from a warm page cache).
         most = rows * 2 >= int(conn.execute("SELECT count(*) FROM memkit_records").fetchone()[0])
-        where = "+collection = ?" if most else "collection = ?"
-        cursor = conn.execute(f"SELECT {RECORD_COLUMNS} FROM memkit_records WHERE {where}", (name,))
+        where = "+r.collection = ?" if most else "r.collection = ?"
+        cursor = conn.execute(f"SELECT {RECORD_COLUMNS} FROM {RECORD_SOURCE} WHERE {where}", (name,))
         while batch := cursor.fetchmany(_LOAD_BATCH):
             records: list[Record] = []
             tokens: dict[str, list[str]] = {}

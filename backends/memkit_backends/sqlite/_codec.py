@@ -17,17 +17,16 @@ from memkit.backend import Fields, Record, Scope
 from memkit.errors import CorruptDataError, ValidationError
 from memkit_backends._embedded.indexes import check_record
 
-__all__ = ["COUNTER_COLUMNS", "RECORD_COLUMNS", "record_from_row", "record_params"]
+__all__ = ["RECORD_COLUMNS", "RECORD_SOURCE", "counts_of", "record_from_row", "record_params"]
 
+RECORD_SOURCE: Final = "memkit_records r LEFT JOIN memkit_counters c ON c.collection = r.collection AND c.id = r.id"
+"""What ``RECORD_COLUMNS`` are read from: each record with its counters row, if it was ever counted."""
 RECORD_COLUMNS: Final = (
-    "rowid, collection, id, user_id, agent_id, session_id, body, text, vector, importance, timestamp, expires_at, "
-    "fields, seq, access_count, last_accessed, "
-    "(SELECT tokens FROM memkit_tokens t WHERE t.record = memkit_records.rowid AND t.id = memkit_records.id "
-    "AND t.collection = memkit_records.collection)"
+    "r.rowid, r.collection, r.id, r.user_id, r.agent_id, r.session_id, r.body, r.text, r.vector, r.importance, "
+    "r.timestamp, r.expires_at, r.fields, r.seq, c.reads, c.read_at, "
+    "(SELECT tokens FROM memkit_tokens t WHERE t.record = r.rowid AND t.id = r.id AND t.collection = r.collection)"
 )
 """The last, the text's tokens, is not part of the record: the loader gives it to the BM25 index."""
-COUNTER_COLUMNS: Final = ("access_count", "last_accessed")
-"""Beside the record: written by ``touch`` only, kept by upserts (unless unreadable: then reset)."""
 
 _fields_encoder = msgspec.json.Encoder()
 _fields_decoder = msgspec.json.Decoder(dict[str, str | int | float | bool | tuple[str, ...]])
@@ -55,7 +54,7 @@ def record_from_row(row: tuple[Any, ...]) -> Record:
 
 def _decode(row: tuple[Any, ...]) -> Record:
     (_, _, record_id, user_id, agent_id, session_id, body, text, vector, importance, timestamp, expires_at,
-     fields, _, access_count, last_accessed, _) = row  # fmt: skip
+     fields, _, reads, read_at, _) = row  # fmt: skip
     for name, value in (("id", record_id), ("user_id", user_id), ("agent_id", agent_id),
                         ("session_id", session_id), ("text", text)):  # fmt: skip
         if not (value is None or isinstance(value, str)) or (name == "id" and value is None):
@@ -64,8 +63,7 @@ def _decode(row: tuple[Any, ...]) -> Record:
         raise TypeError(f"body is a {type(body).__name__}, not a blob")
     if vector is not None and (not isinstance(vector, bytes) or len(vector) % 4):
         raise ValueError("vector is not a float32 blob")
-    if not isinstance(access_count, int):
-        raise TypeError(f"access_count is a {type(access_count).__name__}")
+    count, last = counts_of(reads, read_at)
     decoded: Fields = _fields_decoder.decode(fields)
     return Record(
         id=record_id,
@@ -77,9 +75,18 @@ def _decode(row: tuple[Any, ...]) -> Record:
         timestamp=_number(timestamp, "timestamp"),
         expires_at=None if expires_at is None else _number(expires_at, "expires_at"),
         fields=decoded,
-        access_count=access_count,
-        last_accessed=None if last_accessed is None else _number(last_accessed, "last_accessed"),
+        access_count=count,
+        last_accessed=last,
     )
+
+
+def counts_of(reads: object, read_at: object) -> tuple[int, float | None]:
+    """A record's access count and last access from its counters row (None, None: never counted). Counts that
+    cannot be read (a hand edit) count as none: they are statistics, the record stays readable, and its
+    next count writes readable ones (``touch``'s statement)."""
+    count = reads if isinstance(reads, int) and reads >= 0 else 0
+    last = float(read_at) if isinstance(read_at, int | float) and math.isfinite(read_at) else None
+    return count, last
 
 
 def _number(value: object, name: str) -> float:

@@ -11,6 +11,11 @@ for the page: a 384-dimensional record and its tokens no longer fit two to a 4 K
 100k such memories doubled, and with it every write and read of them). Each tokens row names its
 record's collection and id too, and is used only where they still match: a copy that renumbers rowids
 (``.dump`` and restore) would otherwise give records other records' tokens; a mismatch is tokenized.
+Version 5 moved access counts to ``memkit_counters``: a small row per counted record (by collection and
+id) with a change number of its own. A count rewrote the record's whole row (vector and text: 21 KB
+written per count at 100k records, pages and all), and every other client re-read and decoded that row.
+The upgrade moves the counts from the records' rows (``access_count``, ``last_accessed``: no longer read);
+a delete deletes the counters row too (SQLite enforces no foreign keys unless asked).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from memkit.errors import CorruptDataError
 
 __all__ = ["SCHEMA_VERSION", "create_schema"]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 _TABLES: Final = """
 CREATE TABLE IF NOT EXISTS memkit_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -50,6 +55,10 @@ CREATE TABLE IF NOT EXISTS memkit_records (
 CREATE TABLE IF NOT EXISTS memkit_tokens (
     record INTEGER PRIMARY KEY, collection TEXT NOT NULL, id TEXT NOT NULL, tokens TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS memkit_counters (
+    collection TEXT NOT NULL, id TEXT NOT NULL, reads INTEGER NOT NULL, read_at REAL, seq INTEGER NOT NULL,
+    PRIMARY KEY (collection, id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS memkit_deletions (seq INTEGER PRIMARY KEY, collection TEXT NOT NULL, id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS memkit_kv (
     namespace TEXT NOT NULL, key TEXT NOT NULL, value BLOB NOT NULL, expires_at REAL, gc_at REAL,
@@ -62,6 +71,7 @@ CREATE INDEX IF NOT EXISTS memkit_records_seq ON memkit_records (seq);
 CREATE INDEX IF NOT EXISTS memkit_records_scope ON memkit_records (collection, user_id, agent_id, session_id);
 CREATE INDEX IF NOT EXISTS memkit_records_expiry ON memkit_records (collection, expires_at)
     WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS memkit_counters_seq ON memkit_counters (seq);
 CREATE INDEX IF NOT EXISTS memkit_kv_gc ON memkit_kv (gc_at) WHERE gc_at IS NOT NULL;
 """
 
@@ -85,6 +95,8 @@ def create_schema(conn: sqlite3.Connection) -> None:
     _execute(conn, _INDEXES)
     if version is not None and version < 4:
         _copy_tokens(conn)
+    if version is not None and version < 5:
+        _move_counts(conn)
     if version is not None and version < SCHEMA_VERSION:
         conn.execute("UPDATE memkit_meta SET value = ? WHERE key = 'schema_version'", (SCHEMA_VERSION,))
 
@@ -116,6 +128,16 @@ def _copy_tokens(conn: sqlite3.Connection) -> None:
                      "SELECT r.rowid, r.collection, r.id, f.tokens FROM memkit_records_fts f "
                      "JOIN memkit_records r ON r.rowid = f.rowid WHERE typeof(f.tokens) = 'text'")  # fmt: skip
         conn.execute("DROP TABLE memkit_records_fts")
+
+
+def _move_counts(conn: sqlite3.Connection) -> None:
+    # Counts that cannot be read (a hand edit) are dropped, as a rewrite of their row dropped them before.
+    conn.execute("INSERT OR IGNORE INTO memkit_counters (collection, id, reads, read_at, seq) "
+                 "SELECT collection, id, access_count, CASE WHEN typeof(last_accessed) IN ('integer', 'real') "
+                 "THEN last_accessed END, seq FROM memkit_records WHERE typeof(access_count) = 'integer' "
+                 "AND (access_count != 0 OR last_accessed IS NOT NULL)")  # fmt: skip
+    conn.execute("UPDATE memkit_records SET access_count = 0, last_accessed = NULL "
+                 "WHERE access_count IS NOT 0 OR last_accessed IS NOT NULL")  # fmt: skip
 
 
 def _has_table(conn: sqlite3.Connection, name: str) -> bool:
