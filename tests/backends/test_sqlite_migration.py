@@ -119,8 +119,9 @@ async def test_an_old_file_is_upgraded_in_place(tmp_path: Path, version: int) ->
         assert conn.execute("SELECT r.id, t.tokens FROM memkit_records r JOIN memkit_tokens t ON t.record = r.rowid"
                             ).fetchall() == [("teapot", "blue teapot attic")]  # fmt: skip
         assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memkit_records_fts'").fetchone() is None
-        # Version 5: the counts are beside the record, the old version's moved there from its row.
-        assert conn.execute("SELECT access_count, last_accessed FROM memkit_records").fetchall() == [(0, None)]
+        # Version 5: the counts are beside the record, the old version's copied there from its row (which is
+        # not rewritten: its columns are no longer read).
+        assert conn.execute("SELECT access_count FROM memkit_records").fetchall() == [(counted,)]
         assert conn.execute("SELECT id, reads FROM memkit_counters").fetchall() == [("teapot", counted + 2)]
     async with opened(path) as backend:  # the upgrade is idempotent, and the counters persisted
         assert (await backend.get("memories", ["teapot"]))[0].access_count == counted + 2

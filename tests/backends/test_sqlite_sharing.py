@@ -118,3 +118,20 @@ async def test_counts_go_with_their_records_whichever_way_they_are_deleted(tmp_p
     assert got == {"kept": 1, "forgotten": 0, "old": 0}
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT id, reads FROM memkit_counters").fetchall() == [("kept", 1)]
+
+
+async def test_a_delete_by_anything_else_takes_the_counts_and_every_count_adds_alike(tmp_path: Path) -> None:
+    """A delete in plain SQL (an older memkit still running, a hand edit) takes the record's counts too (a
+    trigger in the file); a count of any sign adds the same in the writer, the file and other clients."""
+    path = tmp_path / "other.db"
+    url = f"sqlite:///{path}"
+    async with open_backend(url) as one, open_backend(url) as two:
+        await one.upsert("c", [make_record("r"), make_record("s")])
+        assert await two.count("c", ALICE) == 2
+        await one.touch("c", {"r": 4, "s": 1}, 1.0)
+        await one.touch("c", {"r": -1}, 2.0)
+        assert [r.access_count for r in await one.get("c", ["r"])] == [3]
+        assert [r.access_count for r in await two.get("c", ["r"])] == [3]
+        with sqlite3.connect(path) as conn:
+            conn.execute("DELETE FROM memkit_records WHERE id = 'r'")
+            assert conn.execute("SELECT id FROM memkit_counters").fetchall() == [("s",)]

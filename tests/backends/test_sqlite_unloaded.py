@@ -58,14 +58,17 @@ async def test_an_unloaded_collection_still_refuses_what_it_cannot_hold(tmp_path
         assert await backend.count("c", ALICE) == 0  # all or nothing
 
 
-async def test_an_unloaded_upsert_keeps_counts_and_unreadable_counts_count_as_none(tmp_path: Path) -> None:
+@pytest.mark.parametrize("junk_time", ["'then'", "1e999"])
+async def test_an_unloaded_upsert_keeps_counts_and_unreadable_counts_count_as_none(
+    tmp_path: Path, junk_time: str
+) -> None:
     path = tmp_path / "k.db"
     url = f"sqlite:///{path}"
     async with open_backend(url) as backend:
         await backend.upsert("c", [make_record("good", seed=1), make_record("bad", seed=2)])
         await backend.touch("c", {"good": 2, "bad": 5}, 100.0)
     with sqlite3.connect(path) as conn:  # what a hand edit or a bug could leave
-        conn.execute("UPDATE memkit_counters SET reads = 'many', read_at = 'then' WHERE id = 'bad'")
+        conn.execute(f"UPDATE memkit_counters SET reads = 'many', read_at = {junk_time} WHERE id = 'bad'")
     async with open_backend(url) as backend:
         await backend.upsert("c", [make_record("good", seed=3), make_record("bad", seed=4)])
         assert loaded(backend) == set()

@@ -335,9 +335,9 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
                 conn.executemany(
                     "INSERT INTO memkit_counters (collection, id, reads, read_at, seq) VALUES (?, ?, ?, ?, ?) "
                     "ON CONFLICT (collection, id) DO UPDATE SET seq = excluded.seq, reads = excluded.reads + "
-                    "CASE WHEN typeof(reads) = 'integer' AND reads > 0 THEN reads ELSE 0 END, read_at = CASE WHEN "
-                    "typeof(read_at) IN ('integer', 'real') AND read_at > excluded.read_at THEN read_at "
-                    "ELSE excluded.read_at END",
+                    "CASE WHEN typeof(reads) = 'integer' THEN reads ELSE 0 END, read_at = CASE WHEN "
+                    "typeof(read_at) IN ('integer', 'real') AND read_at > excluded.read_at AND read_at < 1e999 "
+                    "THEN read_at ELSE excluded.read_at END",  # 1e999: infinity, unreadable as a time
                     [(collection, rid, count, at, first + i) for i, (rid, count) in enumerate(live.items())],
                 )
             return lambda: cache.touch(live, at)
@@ -387,7 +387,6 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
         conn.executemany("DELETE FROM memkit_tokens WHERE record = (SELECT rowid FROM memkit_records "
                          "WHERE collection = ? AND id = ?)", keys)  # fmt: skip
         conn.executemany("DELETE FROM memkit_records WHERE collection = ? AND id = ?", keys)
-        conn.executemany("DELETE FROM memkit_counters WHERE collection = ? AND id = ?", keys)
         log_deletions(conn, collection, ids, first)
         self._deletions_since_prune += len(ids)
         if self._deletions_since_prune >= self.prune_every:

@@ -84,7 +84,7 @@ def counts_of(reads: object, read_at: object) -> tuple[int, float | None]:
     """A record's access count and last access from its counters row (None, None: never counted). Counts that
     cannot be read (a hand edit) count as none: they are statistics, the record stays readable, and its
     next count writes readable ones (``touch``'s statement)."""
-    count = reads if isinstance(reads, int) and reads >= 0 else 0
+    count = reads if isinstance(reads, int) else 0
     last = float(read_at) if isinstance(read_at, int | float) and math.isfinite(read_at) else None
     return count, last
 

@@ -14,8 +14,10 @@ record's collection and id too, and is used only where they still match: a copy 
 Version 5 moved access counts to ``memkit_counters``: a small row per counted record (by collection and
 id) with a change number of its own. A count rewrote the record's whole row (vector and text: 21 KB
 written per count at 100k records, pages and all), and every other client re-read and decoded that row.
-The upgrade moves the counts from the records' rows (``access_count``, ``last_accessed``: no longer read);
-a delete deletes the counters row too (SQLite enforces no foreign keys unless asked).
+The upgrade copies the counts from the records' rows (``access_count``, ``last_accessed``: no longer read,
+and not cleared: that rewrote every counted row, vector and all). A trigger deletes a record's counters row
+with it, whoever deletes it (an older memkit still running, a hand edit): SQLite enforces no foreign keys
+unless each connection asks, and a record stored again under the id would have taken the old counts.
 """
 
 from __future__ import annotations
@@ -75,6 +77,12 @@ CREATE INDEX IF NOT EXISTS memkit_counters_seq ON memkit_counters (seq);
 CREATE INDEX IF NOT EXISTS memkit_kv_gc ON memkit_kv (gc_at) WHERE gc_at IS NOT NULL;
 """
 
+_COUNTERS_FOLLOW: Final = """
+CREATE TRIGGER IF NOT EXISTS memkit_counters_follow AFTER DELETE ON memkit_records BEGIN
+    DELETE FROM memkit_counters WHERE collection = OLD.collection AND id = OLD.id; END
+"""
+"""One statement (``_execute`` splits scripts at each ``;`` that ends a line)."""
+
 _ADDED_IN_3: Final = {
     "memkit_records": (("access_count", "INTEGER NOT NULL DEFAULT 0"), ("last_accessed", "REAL")),
     "memkit_kv": (("gc_at", "REAL"),),
@@ -93,6 +101,7 @@ def create_schema(conn: sqlite3.Connection) -> None:
     _execute(conn, _TABLES.format(version=SCHEMA_VERSION))
     _add_columns(conn)
     _execute(conn, _INDEXES)
+    conn.execute(_COUNTERS_FOLLOW)
     if version is not None and version < 4:
         _copy_tokens(conn)
     if version is not None and version < 5:
@@ -136,8 +145,6 @@ def _move_counts(conn: sqlite3.Connection) -> None:
                  "SELECT collection, id, access_count, CASE WHEN typeof(last_accessed) IN ('integer', 'real') "
                  "THEN last_accessed END, seq FROM memkit_records WHERE typeof(access_count) = 'integer' "
                  "AND (access_count != 0 OR last_accessed IS NOT NULL)")  # fmt: skip
-    conn.execute("UPDATE memkit_records SET access_count = 0, last_accessed = NULL "
-                 "WHERE access_count IS NOT 0 OR last_accessed IS NOT NULL")  # fmt: skip
 
 
 def _has_table(conn: sqlite3.Connection, name: str) -> bool:
