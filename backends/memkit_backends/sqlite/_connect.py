@@ -58,8 +58,11 @@ def driver_error(path: str, timeout_s: float, exc: sqlite3.Error) -> BackendErro
 
 T = TypeVar("T")
 
-CACHE_KIB = 32_768
-"""SQLite's page cache per connection, in KiB (its default: 2,000)."""
+CACHE_KIB = 8_192
+"""SQLite's page cache per connection, in KiB (its default: 2,000). Reads are served by the process's copy
+of the collection, so the cache serves writes alone; 32 MiB of it was 25 MiB of a 100k ingest's peak RSS
+(521 -> 494-496 MiB at 8) for no write speed: raw upserts at 300k ran 45.6-46.9k/s at 8 MiB against
+45.9-46.8k/s at 32 (``benchmarks.backends``), ``store_many`` and ``store()`` alike (``benchmarks.ingest``)."""
 
 
 def connect(path: str, timeout_s: float, synchronous: str) -> sqlite3.Connection:
@@ -79,7 +82,7 @@ def connect(path: str, timeout_s: float, synchronous: str) -> sqlite3.Connection
         conn.execute(f"PRAGMA wal_autocheckpoint = {WRITER_CHECKPOINT_PAGES}")  # the Checkpointer's thread does it
         # SQLite's default page cache (2 MB) held less than the indexes a write updates: an id lands on a
         # random page of the (collection, id) index, read again from the OS each time (100k memories: 6 MB of
-        # index; writing them 46 -> 32 us each). An upper bound, filled only as pages are used.
+        # index; writing them 46 -> 32 us each). An upper bound, filled only as pages are used (CACHE_KIB).
         conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
     except sqlite3.Error as exc:
         if conn is not None:
