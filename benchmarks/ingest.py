@@ -20,7 +20,9 @@ query scores), so the API's overhead shows as a ratio, and beside it the BM25 sc
 kernel with those text scores (``kernels_with_text_p50_ms``: all a default, hybrid recall scores); and
 ``store_many_floor_per_s``: the rate a batch
 could reach if reading every stored vector once (which an exact near-duplicate check of a batch spread over
-every user must do) were all it cost, timed with ``memkit.scoring.stream_floor`` on the same matrix.
+every user must do) were all it cost, timed with ``memkit.scoring.stream_floor`` on the same matrix; and
+``backend_upsert_per_s``: the rate memory:// itself writes 1,000 new records at that size (its arrays, scope
+pages, field and BM25 indexes), all else left out.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol, overload
 
 import anyio
+import msgspec
 import numpy as np
 from tqdm import tqdm
 
@@ -258,9 +261,25 @@ async def recall_overhead(
     stream_floor(columns.vectors, columns.n_rows)
     floor_s = time.perf_counter() - started
     label = "memory" + ("-" + url.split("dtype=")[1] if "dtype=" in url else "")  # as --backends names it
+    upsert_rate = await _backend_upsert_rate(mem, collection)
     return {"backend": label, "n": len(collection), "recall_api_p50_ms": api_ms, "kernel_p50_ms": kernel_ms,
             "api_over_kernel": api_ms / kernel_ms, "kernels_with_text_p50_ms": text_ms,
-            "api_over_kernels_with_text": api_ms / text_ms, "store_many_floor_per_s": BATCH / floor_s}  # fmt: skip
+            "api_over_kernels_with_text": api_ms / text_ms, "store_many_floor_per_s": BATCH / floor_s,
+            "backend_upsert_per_s": upsert_rate}  # fmt: skip
+
+
+async def _backend_upsert_rate(mem: Any, collection: Any) -> float:
+    """Records per second the backend itself writes a batch of 1,000 new ones at this size (copies of stored
+    records under new ids, written with ``Backend.upsert`` as ``store_many`` writes, then deleted): a ceiling
+    for ``store_many``, which does this and its planning and duplicate checks besides."""
+    name = mem.long_term.config.collection
+    rows = [row for row, record in enumerate(collection._records) if record is not None][:BATCH]
+    copies = [msgspec.structs.replace(collection.record_at(row), id=f"{collection._id(row)}~copy") for row in rows]
+    started = time.perf_counter()
+    await mem.backend.upsert(name, copies)
+    rate = len(copies) / (time.perf_counter() - started)
+    await mem.backend.delete(name, [record.id for record in copies])
+    return rate
 
 
 def _scoring_s(collection: Any, query: Any) -> tuple[float, float]:
@@ -317,7 +336,7 @@ def run(args: argparse.Namespace) -> None:
     if overheads:
         print_table(overheads, ["backend", "n", "recall_api_p50_ms", "kernel_p50_ms", "api_over_kernel",
                                 "kernels_with_text_p50_ms", "api_over_kernels_with_text",
-                                "store_many_floor_per_s"])  # fmt: skip
+                                "store_many_floor_per_s", "backend_upsert_per_s"])  # fmt: skip
     write_json(args.json_path, {"rows": rows, "recall_overhead": overheads})
     if args.plot:
         plot(args.plot, rows)

@@ -89,6 +89,7 @@ def test_ingest_benchmark_writes_its_figures(tmp_path: Path) -> None:
     assert rounded["backend"] == "memory-int8" and rounded["kernel_p50_ms"] > 0
     assert overhead["backend"] == "memory" and overhead["recall_api_p50_ms"] > 0 and overhead["kernel_p50_ms"] > 0
     assert overhead["kernels_with_text_p50_ms"] > overhead["kernel_p50_ms"]  # BM25 over the same rows, then the kernel
+    assert overhead["backend_upsert_per_s"] > 0 and overhead["n"] == 3000 + 1000  # its copies deleted again
     assert png.stat().st_size > 10_000
 
 
