@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 from collections.abc import Sequence
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Panel", "bar_panels", "machine_info", "print_table", "python_probe_ms", "write_json"]
+__all__ = ["Panel", "bar_panels", "figures_parser", "machine_info", "print_table", "python_probe_ms", "write_json"]
 
 
 def machine_info() -> dict[str, Any]:
@@ -57,6 +58,17 @@ def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
     print("  ".join(c.rjust(w) for c, w in zip(columns, widths, strict=True)))
     for row in rows:
         print("  ".join(cell(row.get(c, "")).rjust(w) for c, w in zip(columns, widths, strict=True)))
+
+
+def figures_parser(
+    doc: str | None, *, plot_help: str = "draw the figures as a PNG here (needs matplotlib)"
+) -> argparse.ArgumentParser:
+    """A benchmark's argument parser, its docstring as the help, with the two options every benchmark that draws
+    its figures takes: ``--json`` (``args.json_path``) and ``--plot``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
+    parser.add_argument("--plot", help=plot_help)
+    return parser
 
 
 def write_json(path: str | None, payload: Any) -> None:

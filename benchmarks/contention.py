@@ -41,7 +41,7 @@ import anyio.lowlevel
 import numpy as np
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from ._report import Panel, bar_panels, machine_info, print_table, write_json
+from ._report import Panel, bar_panels, figures_parser, machine_info, print_table, write_json
 from ._servers import backend_urls
 from .ingest import BATCH, LookupEmbedder, corpus, parse_sizes
 
@@ -201,9 +201,7 @@ async def amain(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
-    parser.add_argument("--plot", help="draw the figures as a PNG here (needs matplotlib)")
+    parser = figures_parser(__doc__)
     parser.add_argument("--size", type=lambda s: parse_sizes(s)[0], default=10_000, help="memories preloaded, e.g. 10k")
     parser.add_argument("--stores", type=int, default=500, help="store() calls timed per phase")
     parser.add_argument("--readers", type=int, default=4, help="tasks recalling in a loop during the loaded phase")

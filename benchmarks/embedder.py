@@ -29,7 +29,7 @@ import anyio
 import numpy as np
 from tqdm import tqdm
 
-from ._report import machine_info, print_table, write_json
+from ._report import figures_parser, machine_info, print_table, write_json
 
 _VOCABULARY = (
     "the of and to in is you that it he was for on are as with his they at be this have from or one had by "
@@ -146,9 +146,7 @@ def plot(path: str, rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
-    parser.add_argument("--plot", help="draw the figures as a PNG here (needs matplotlib)")
+    parser = figures_parser(__doc__)
     parser.add_argument("--runtimes", default="torch,onnx,onnx-int8", help="comma-separated; torch is the reference")
     parser.add_argument("--short", type=int, default=512, help="20-word texts")
     parser.add_argument("--long", type=int, default=64, help="300-word texts")

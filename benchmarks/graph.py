@@ -32,7 +32,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ._episodes import episodes_find_p50_ms
-from ._report import print_table, python_probe_ms, write_json
+from ._report import figures_parser, print_table, python_probe_ms, write_json
 from ._servers import backend_urls
 
 PEOPLE, COMPANIES, CITIES, TOPICS = 8_000, 1_000, 500, 500
@@ -184,9 +184,7 @@ async def amain(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
-    parser.add_argument("--plot", help="draw the figures as a PNG here")
+    parser = figures_parser(__doc__, plot_help="draw the figures as a PNG here")
     parser.add_argument("--backends", default="memory,sqlite,redis,postgres")
     parser.add_argument("--scale", type=float, default=1.0, help="shrink the graph (0.05: 500 nodes, 2,500 edges)")
     parser.add_argument("--episodes", type=int, default=10_000)

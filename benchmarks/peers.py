@@ -40,7 +40,7 @@ from typing import Any
 
 from ._peers_targets import targets
 from ._peers_worker import SYSTEMS, missing
-from ._report import machine_info, print_table, write_json
+from ._report import figures_parser, machine_info, print_table, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 """A checkout's root, where ``-m benchmarks._peers_worker`` is found; installed, the worker is
@@ -155,9 +155,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
-    parser.add_argument("--plot", help="write a PNG of search p50 against N here")
+    parser = figures_parser(__doc__, plot_help="write a PNG of search p50 against N here")
     parser.add_argument("--sizes", default="10k,100k", help="sizes, e.g. 10k,100k (after the first: if they fit)")
     parser.add_argument("--large", default="1m", help="larger sizes run where they fit --time-limit ('' for none)")
     parser.add_argument("--time-limit", type=float, default=1200.0, help="seconds of predicted ingest per run")

@@ -27,7 +27,7 @@ import anyio
 import numpy as np
 from tqdm import tqdm
 
-from ._report import Panel, bar_panels, print_table, write_json
+from ._report import Panel, bar_panels, figures_parser, print_table, write_json
 from ._servers import backend_urls
 from .ingest import BATCH, LookupEmbedder, corpus, parse_sizes
 
@@ -92,9 +92,7 @@ def plot(path: str, rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
-    parser.add_argument("--plot", help="draw the figures as a PNG here (needs matplotlib)")
+    parser = figures_parser(__doc__)
     parser.add_argument("--size", default="100k", help="memories stored first, e.g. 100k")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--queries", type=int, default=300, help="recalls per round (the same ones each round)")

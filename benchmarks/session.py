@@ -27,7 +27,7 @@ import anyio.lowlevel
 import numpy as np
 from tqdm import tqdm
 
-from ._report import print_table, write_json
+from ._report import figures_parser, print_table, write_json
 
 BUDGET = 2_000
 FACTS = {
@@ -186,9 +186,7 @@ async def amain(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
-    parser.add_argument("--plot", help="write a PNG of rendered tokens and add latency here")
+    parser = figures_parser(__doc__, plot_help="write a PNG of rendered tokens and add latency here")
     parser.add_argument("--url", default="memory://", help="storage URL (default memory://)")
     parser.add_argument("--turns", type=int, default=200)
     anyio.run(amain, parser.parse_args())

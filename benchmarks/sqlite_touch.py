@@ -20,7 +20,6 @@ every other client re-read and re-decoded that row; since, counts go to ``memkit
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ from tqdm import tqdm
 
 from memkit import open_backend
 
-from ._report import Panel, bar_panels, print_table, write_json
+from ._report import Panel, bar_panels, figures_parser, print_table, write_json
 from .backends import DIM, ingest, synthetic_records
 from .ingest import parse_sizes
 
@@ -98,9 +97,7 @@ def plot(path: str, rows: list[dict[str, Any]]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", dest="json_path", help="write the figures as JSON here")
-    parser.add_argument("--plot", help="draw the figures as a PNG here (needs matplotlib)")
+    parser = figures_parser(__doc__)
     parser.add_argument("--size", default="100k", help="memories stored first, e.g. 100k")
     parser.add_argument("--slices", type=int, default=200, help="touch calls of 64 ids per round")
     parser.add_argument("--rounds", type=int, default=3)
