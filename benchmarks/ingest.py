@@ -12,6 +12,8 @@ For each backend and size n, in one run (each pair in a process of its own, on s
 - ``store``: the same collection, 1,000 more memories stored one at a time with ``long_term.store``.
 - ``rss_peak_mb``: the peak resident memory of that pair's process (read after each API's row; ``pid`` names
   the process).
+- ``near_check_per_s`` (``store_many`` rows): the rate if a batch's near-duplicate check were all it cost: one
+  ``Backend.nearest_many`` for the last 1,000 memories' vectors, each against its user's stored memories.
 
 Vectors come from an ``Embedder`` that looks them up (``LookupEmbedder``), so the model is not measured.
 Also, on memory:// at the largest size, the recall p50 through ``long_term.recall`` next to the scoring
@@ -222,15 +224,39 @@ async def bench_size(url: str, n: int, progress: Progress) -> tuple[list[dict[st
             await lt.store(text, user_id=user)
         one_rate = len(extra) / (time.perf_counter() - started)
         progress.update(len(extra))
+        check_rate = await _near_check_rate(mem, extra, vectors)
         overhead = await recall_overhead(mem, items, vectors, url) if url.startswith("memory://") else None
     # The last batch is the figure asked for; one batch swings 2-3x on a shared machine, so the median of the
     # last ten is printed beside it (store() is timed over its last 1,000 calls, steady already).
     steady = float(np.median(rates[-STEADY_BATCHES:]))
     rows = [
-        {"api": "store_many", "per_s": rates[-1], "per_s_median_last_batches": steady, "rss_peak_mb": rss_peak_mb()},
+        {
+            "api": "store_many",
+            "per_s": rates[-1],
+            "per_s_median_last_batches": steady,
+            "rss_peak_mb": rss_peak_mb(),
+            "near_check_per_s": check_rate,
+        },
         {"api": "store", "per_s": one_rate, "per_s_median_last_batches": one_rate, "rss_peak_mb": rss_peak_mb()},
     ]
     return rows, overhead
+
+
+async def _near_check_rate(mem: Any, batch: Sequence[tuple[str, str]], vectors: CorpusVectors) -> float:
+    """Memories per second if a batch's near-duplicate check were all ``store_many`` did: one
+    ``Backend.nearest_many`` for ``batch``'s vectors, each against its user's stored memories, as the layer asks
+    it (the batch is stored already; it costs the same scan as a new one)."""
+    from memkit.backend import Scope
+
+    by_user: dict[str, list[np.ndarray]] = {}
+    for user, text in batch:
+        by_user.setdefault(user, []).append(vectors[text])
+    requests = [(Scope(user_id=user), found) for user, found in by_user.items()]
+    config = mem.long_term.config
+    started = time.perf_counter()
+    await mem.backend.nearest_many(config.collection, requests, k=3, min_similarity=config.merge_threshold,
+                                   now=time.time())  # fmt: skip
+    return len(batch) / (time.perf_counter() - started)
 
 
 async def recall_overhead(
@@ -332,7 +358,7 @@ def run(args: argparse.Namespace) -> None:
                     found, overhead = run_worker(name, n, Path(tmp) / f"{name}-{n}", progress)
                     rows += [{"backend": name, "n": n, **row} for row in found]
                     overheads += [overhead] if overhead and n == max(sizes) else []
-    print_table(rows, ["backend", "n", "api", "per_s", "per_s_median_last_batches", "rss_peak_mb"])
+    print_table(rows, ["backend", "n", "api", "per_s", "per_s_median_last_batches", "rss_peak_mb", "near_check_per_s"])
     if overheads:
         print_table(overheads, ["backend", "n", "recall_api_p50_ms", "kernel_p50_ms", "api_over_kernel",
                                 "kernels_with_text_p50_ms", "api_over_kernels_with_text",

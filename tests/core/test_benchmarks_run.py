@@ -83,6 +83,7 @@ def test_ingest_benchmark_writes_its_figures(tmp_path: Path) -> None:
     for row in rows:
         assert row["n"] == 3000 and row["per_s"] > 0 and row["per_s_median_last_batches"] > 0
         assert row["rss_peak_mb"] > 0
+        assert (row.get("near_check_per_s", 0) > 0) == (row["api"] == "store_many")  # batches are checked as one
     # each backend in a process of its own: a row's peak RSS is not an earlier backend's
     assert len({row["pid"] for row in rows}) == 3 and rows[0]["pid"] == rows[1]["pid"]
     overhead, rounded = figures["recall_overhead"]
