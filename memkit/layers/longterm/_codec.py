@@ -46,6 +46,7 @@ __all__ = [
     "memory_id",
     "merge",
     "record_fields",
+    "refresh",
     "to_hit",
     "to_record",
     "turn_memories",
@@ -71,10 +72,15 @@ def dedupe_key(content: str) -> str:
     return hashlib.blake2b(normalize_for_dedupe(content).encode(), digest_size=12).hexdigest()
 
 
-def memory_id(scope: Scope, content: str) -> str:
+def memory_id(scope: Scope, content: str, attempt: int = 0) -> str:
     """The id of a deduplicated memory: a digest of its scope and normalised text. Two processes storing the
-    same sentence for one user at once write one record (create-if-absent on this id), never two."""
-    return digest_of(scope.user_id, scope.agent_id, scope.session_id, dedupe_key(content))
+    same sentence for one user at once write one record (create-if-absent on this id), never two. A memory
+    keeps its id when its text changes (an update, a merge), so the id of a text may be held by a memory that
+    now says something else: the text then takes the next ``attempt``'s id, as every process would."""
+    key = dedupe_key(content)
+    if attempt == 0:
+        return digest_of(scope.user_id, scope.agent_id, scope.session_id, key)
+    return digest_of(scope.user_id, scope.agent_id, scope.session_id, key, str(attempt))
 
 
 def metadata_fields(metadata: Mapping[str, Any]) -> dict[str, FieldValue | tuple[str, ...]]:
@@ -203,6 +209,18 @@ def merge(existing: Memory, newer: Memory) -> Memory:
         expires_at=newer.expires_at if existing.expires_at is not None else None,
         context=newer.context or existing.context,
     )
+
+
+def refresh(existing: Memory, newer: Memory) -> Memory:
+    """An exact duplicate stored again: its text is known, and it refreshes the rest as a merge would (the
+    higher importance, merged metadata, the newer expiry or none). ``existing`` itself when nothing changes."""
+    importance = max(existing.importance, newer.importance)
+    metadata = {**existing.metadata, **newer.metadata}
+    expires_at = newer.expires_at if existing.expires_at is not None else None
+    if importance == existing.importance and metadata == existing.metadata and expires_at == existing.expires_at:
+        return existing
+    return msgspec.structs.replace(existing, importance=importance, metadata=metadata, expires_at=expires_at,
+                                   updated_at=newer.updated_at)  # fmt: skip
 
 
 def filters(kinds: Sequence[MemoryKind] | None, metadata: Mapping[str, FilterValue] | None) -> dict[str, FilterValue]:
