@@ -217,7 +217,7 @@ class Memkit:
         is left out and named in ``Context.errors``. See ``memkit.ContextConfig`` for the budget rule.
         ``wait_for_writes=True`` first waits for this user's observed turns to be written."""
         self._require_open("context")
-        check_text(user_id, "user_id")  # before the flush: a list there raised TypeError (unhashable)
+        user_id = check_text(user_id, "user_id")  # before the flush: a list there raised TypeError (unhashable)
         if config is not None and not isinstance(config, ContextConfig):
             raise ValidationError(f"config must be a memkit.ContextConfig or None, got {type(config).__name__}")
         if check_flag(wait_for_writes, "wait_for_writes") and self._observer is not None:
@@ -240,7 +240,7 @@ class Memkit:
         turn is queued; a full queue waits for room, or raises ``WriterBusyError`` with ``wait=False``."""
         self._require_open("observe")
         # Every argument is checked before the session is written: a refusal after it left the turn half-taken.
-        check_text(user_id, "user_id")
+        user_id = check_text(user_id, "user_id")
         waits = check_flag(wait, "wait")
         checked = check_messages(messages)
         from memkit.extract import ObservedTurn
@@ -263,7 +263,7 @@ class Memkit:
         """Wait until the observed turns queued so far (of ``user_id``, when given) are written."""
         self._require_open("flush")
         if user_id is not None:
-            check_text(user_id, "user_id")  # a list raised TypeError (unhashable); 5 waited for nobody
+            user_id = check_text(user_id, "user_id")  # a list raised TypeError (unhashable); 5 waited for nobody
         if self._observer is not None:
             await self._observer.flush(user_id)
 

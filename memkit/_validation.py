@@ -29,6 +29,7 @@ __all__ = [
     "check_moment",
     "check_number",
     "check_text",
+    "encodable",
     "check_ttl",
     "require_scope",
 ]
@@ -48,7 +49,7 @@ def check_content(content: object, max_chars: int, what: str = "content") -> str
         raise ContentError(f"{what} has {len(content)} characters; the limit is {max_chars} (max_content_chars)")
     if "\x00" in content:
         raise ContentError(f"{what} contains a NUL character")
-    if not _encodable(content):
+    if not encodable(content):
         raise ContentError(f"{what} contains a lone surrogate (text that is not valid Unicode)")
     return content
 
@@ -65,7 +66,7 @@ def _as_str_hint(value: object) -> str:
         value, str) else ""  # fmt: skip
 
 
-def _encodable(text: str) -> bool:
+def encodable(text: str) -> bool:
     if text.isascii():  # most text, checked without encoding a copy
         return True
     try:
@@ -199,11 +200,11 @@ def _check_value(value: object, path: str, depth: int) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
         raise ValidationError(f"{path} is an integer too large to store (limit 2**63)")
     if isinstance(value, str):
-        if "\x00" in value or not _encodable(value):
+        if "\x00" in value or not encodable(value):
             raise ValidationError(f"{path} holds text with a NUL character or a lone surrogate")
     elif isinstance(value, dict):
         for key, item in value.items():
-            if not isinstance(key, str) or "\x00" in key or not _encodable(key):
+            if not isinstance(key, str) or "\x00" in key or not encodable(key):
                 raise ValidationError(f"{path} has a key that is not valid text: {_short(key)}")
             _check_value(item, f"{path}[{key!r}]", depth + 1)
     elif isinstance(value, list | tuple):
@@ -217,9 +218,9 @@ def require_scope(
     user_id: str | None, agent_id: str | None, session_id: str | None, *, all_scopes: bool = False
 ) -> Scope:
     """A user or agent id is required unless the caller opted into ``all_scopes``."""
-    for name, value in (("user_id", user_id), ("agent_id", agent_id), ("session_id", session_id)):
-        if value is not None:
-            check_text(value, name, MAX_ID_CHARS, error=ScopeError)
+    user_id, agent_id, session_id = (None if value is None else check_text(value, name, MAX_ID_CHARS, error=ScopeError)
+                                     for name, value in (("user_id", user_id), ("agent_id", agent_id),
+                                                         ("session_id", session_id)))  # fmt: skip
     if user_id is None and agent_id is None and not all_scopes:
         raise ScopeError("pass user_id= or agent_id= (or all_scopes=True to search every scope on purpose)")
     return _shared_scope(user_id, agent_id, session_id)
@@ -230,6 +231,14 @@ def _shared_scope(user_id: str | None, agent_id: str | None, session_id: str | N
     """One ``Scope`` (frozen) per user, agent and session: the records of memory:// hold their memory's
     scope, and one each (with its own copy of the user id) was ~95 bytes per record, 9 MB at 100k."""
     return Scope(user_id=user_id, agent_id=agent_id, session_id=session_id)
+
+
+def check_owner(user_id: object, agent_id: object) -> tuple[str | None, str | None]:
+    """The user and agent ids of a layer's keyed state, checked like scope ids and returned as plain text:
+    keys are built from what this returns (a str Enum member as its value, as the encoders write it, so
+    ``forget_user`` finds every layer's state)."""
+    return (None if user_id is None else check_text(user_id, "user_id", MAX_ID_CHARS, error=ScopeError),
+            None if agent_id is None else check_text(agent_id, "agent_id", MAX_ID_CHARS, error=ScopeError))  # fmt: skip
 
 
 def read_scope(
@@ -268,9 +277,11 @@ def check_text(
         raise error(f"{what} has {len(value)} characters; the limit is {max_chars}")
     if "\x00" in value:
         raise error(f"{what} {_short(value)} contains a NUL character")
-    if not _encodable(value):
+    if not encodable(value):
         raise error(f"{what} {_short(value)} contains a lone surrogate (text that is not valid Unicode)")
-    return value
+    # A str Enum member as its plain text: f-strings and str() spell it "User.BOB", so keys built from it
+    # differed from what the encoders wrote ("bob"), and forget_user("bob") missed them.
+    return value if type(value) is str else str.__str__(value)
 
 
 RESERVED_KINDS = frozenset({"turn"})

@@ -19,7 +19,7 @@ import msgspec
 
 from memkit._repr import short_repr
 from memkit._time import new_id
-from memkit._validation import MAX_ID_CHARS, check_decode_type, check_importance, check_number, check_text
+from memkit._validation import MAX_ID_CHARS, check_decode_type, check_importance, check_number, check_owner, check_text
 from memkit.backend import Backend
 from memkit.errors import CorruptDataError, ScopeError, ValidationError
 from memkit.layers._cas import update_kv
@@ -239,10 +239,8 @@ class WorkingMemory:
         return None
 
     def task(self, task_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> TaskState:
-        check_text(task_id, "task_id", MAX_ID_CHARS, error=ScopeError)
-        for value, what in ((user_id, "user_id"), (agent_id, "agent_id")):
-            if value is not None:
-                check_text(value, what, MAX_ID_CHARS, error=ScopeError)
+        task_id = check_text(task_id, "task_id", MAX_ID_CHARS, error=ScopeError)
+        user_id, agent_id = check_owner(user_id, agent_id)
         label = " ".join(
             [repr(task_id)] + [f"{k}={v!r}" for k, v in (("user_id", user_id), ("agent_id", agent_id)) if v]
         )

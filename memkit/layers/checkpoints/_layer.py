@@ -28,7 +28,7 @@ import anyio.to_thread
 import msgspec
 
 from memkit._time import from_epoch
-from memkit._validation import MAX_ID_CHARS, check_decode_type, check_int, check_metadata, check_text
+from memkit._validation import MAX_ID_CHARS, check_decode_type, check_int, check_metadata, check_owner, check_text
 from memkit.backend import Backend
 from memkit.errors import (
     BackendError,
@@ -350,10 +350,8 @@ class Checkpoints:
 
 def _thread(thread_id: str, user_id: str | None, agent_id: str | None) -> _Thread:
     """The thread's keys; ids checked like every scope id (a user's threads are never another's)."""
-    check_text(thread_id, "thread_id", MAX_ID_CHARS, error=ScopeError)
-    for value, what in ((user_id, "user_id"), (agent_id, "agent_id")):
-        if value is not None:
-            check_text(value, what, MAX_ID_CHARS, error=ScopeError)
+    thread_id = check_text(thread_id, "thread_id", MAX_ID_CHARS, error=ScopeError)
+    user_id, agent_id = check_owner(user_id, agent_id)
     label = " ".join([repr(thread_id)] + [f"{k}={v!r}" for k, v in (("user_id", user_id), ("agent_id", agent_id)) if v])
     return _Thread(key_of(user_id, agent_id, thread_id) + "||", label)
 

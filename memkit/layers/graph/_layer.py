@@ -12,7 +12,7 @@ import msgspec
 
 from memkit._repr import short_repr
 from memkit._time import now_epoch
-from memkit._validation import MAX_ID_CHARS, check_content, check_flag, check_int, check_moment, check_text
+from memkit._validation import check_content, check_flag, check_int, check_moment, check_owner, check_text
 from memkit.backend import Backend, Record, Scope
 from memkit.embedders import Embedder
 from memkit.errors import ConfigurationError, CorruptDataError, NotFoundError, ScopeError, ValidationError
@@ -50,9 +50,7 @@ _MAX_TEXT_CHARS: Final = 100_000
 
 def _owner(user_id: str | None, agent_id: str | None) -> Scope:
     """A graph belongs to one user (with or without an agent) or to one agent alone: never to "everyone"."""
-    for name, value in (("user_id", user_id), ("agent_id", agent_id)):
-        if value is not None:
-            check_text(value, name, MAX_ID_CHARS, error=ScopeError)
+    user_id, agent_id = check_owner(user_id, agent_id)
     if user_id is None and agent_id is None:
         raise ScopeError("pass user_id= or agent_id=: a graph belongs to one user or one agent")
     return Scope(user_id=user_id, agent_id=agent_id)

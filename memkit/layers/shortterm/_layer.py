@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from memkit._repr import short_repr
-from memkit._validation import MAX_ID_CHARS, check_text
+from memkit._validation import MAX_ID_CHARS, check_owner, check_text
 from memkit.backend import Backend
 from memkit.errors import ConfigurationError, ScopeError, SummarizerError, ValidationError
 from memkit.layers.shortterm._extractive import ExtractiveSummarizer
@@ -133,10 +133,8 @@ class ShortTermMemory:
 
     def session(self, session_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> ShortTermSession:
         """The session ``session_id`` of this user (and agent): the same arguments give the same session."""
-        check_text(session_id, "session_id", MAX_ID_CHARS, error=ScopeError)
-        for value, what in ((user_id, "user_id"), (agent_id, "agent_id")):
-            if value is not None:
-                check_text(value, what, MAX_ID_CHARS, error=ScopeError)
+        session_id = check_text(session_id, "session_id", MAX_ID_CHARS, error=ScopeError)
+        user_id, agent_id = check_owner(user_id, agent_id)
         key = session_key(user_id, agent_id, session_id)
         found = self._sessions.get(key)
         if found is None:

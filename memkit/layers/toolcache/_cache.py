@@ -216,8 +216,7 @@ class ToolCache:
             flight.done.set()
 
     def _key(self, tool: str, arguments: object, version: str, namespace: str) -> str:
-        check_text(tool, "tool", MAX_ID_CHARS)
-        check_text(namespace, "namespace", MAX_ID_CHARS)
+        tool, namespace = check_text(tool, "tool", MAX_ID_CHARS), check_text(namespace, "namespace", MAX_ID_CHARS)
         if not isinstance(version, str):
             raise ValidationError(f"version must be a string, got {short_repr(version)}")
         return entry_key(namespace, tool, version, canonical_arguments(tool, arguments))
@@ -371,7 +370,7 @@ class ToolCache:
     ) -> int:
         """Forget one call's result (with ``arguments``), or every result of ``tool`` (all versions)."""
         if arguments is _MISS:
-            check_text(tool, "tool", MAX_ID_CHARS)
+            tool = check_text(tool, "tool", MAX_ID_CHARS)
             return await self.backend.kv_delete_prefix(ENTRIES, tool_prefix(namespace, tool))
         return int(await self.backend.kv_delete(ENTRIES, self._key(tool, arguments, version, namespace)))
 
