@@ -85,8 +85,8 @@ def _add_memory_commands(commands: Any, common: argparse.ArgumentParser) -> None
     recall.add_argument("--min-score", type=float, help="drop hits scoring below this")
     recall.set_defaults(handler=_async("_commands.recall"))
 
-    listing = commands.add_parser("list", parents=[common], help="memories, oldest first (every user's "
-                                  "unless --user-id)")  # fmt: skip
+    listing = commands.add_parser("list", parents=[common], help="memories by last change, oldest first "
+                                  "(every user's unless --user-id)")  # fmt: skip
     listing.add_argument("--user-id", help="only this user's")
     listing.add_argument("--kind", action="append", help="only this kind (repeat for several)")
     listing.add_argument("--limit", type=int, default=50, help="at most this many, 1..1000 (default 50)")

@@ -404,8 +404,9 @@ class LongTermMemory:
         newest_first: bool = False,
         all_scopes: bool = False,
     ) -> MemoryPage:
-        """Memories in a scope, oldest first (or newest first); pass ``next_cursor`` back for the next page.
-        The cursor visits each memory once even while others are stored or forgotten."""
+        """Memories in a scope by last change (``updated_at``), oldest first (or newest first); pass
+        ``next_cursor`` back for the next page. The cursor visits each memory once even while others are
+        stored or forgotten; one changed meanwhile moves to the end (and may be seen again)."""
         scope = read_scope(user_id, agent_id, session_id, all_scopes=check_flag(all_scopes, "all_scopes"))
         limit = check_int(limit, "limit", 1, _MAX_LIST_LIMIT)
         newest_first = check_flag(newest_first, "newest_first")
