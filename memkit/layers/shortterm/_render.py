@@ -103,6 +103,56 @@ def truncate_text(text: str, max_tokens: int, tokenizer: Tokenizer, total: int |
     return cut(keep)
 
 
+def truncate_arguments(text: str, max_tokens: int, tokenizer: Tokenizer, total: int | None = None) -> str:
+    """A tool call's JSON arguments within ``max_tokens``, still JSON of the same shape: its strings cut
+    (``truncate_text``, each an equal share) and the whole encoded again. Cutting the encoded text spliced the
+    marker into a string (invalid JSON, which Anthropic's format then sent as ``{"arguments": ...}``).
+    Arguments that are not JSON are cut as text; JSON whose structure alone is too large becomes one marker."""
+    total = tokenizer.count(text) if total is None else total
+    if total <= max_tokens:
+        return text
+    try:
+        value = _json.decode(text)
+    except msgspec.DecodeError:
+        return truncate_text(text, max_tokens, tokenizer, total)
+    strings = _strings(value)
+    frame = tokenizer.count(_encode(_with_strings(value, iter([""] * len(strings)))).decode())
+    room = max_tokens - frame - len(strings)  # a token a string for what escaping the marker adds
+    cap = _cap([tokenizer.count(s) for s in strings], room) if room > 0 else 0
+    while cap > 0:
+        cut = _encode(_with_strings(value, iter([truncate_text(s, cap, tokenizer) for s in strings]))).decode()
+        if tokenizer.count(cut) <= max_tokens:
+            return cut
+        cap = cap * 9 // 10
+    marker = _encode({"memkit": f"[... {total} tokens of arguments cut by memkit to fit the budget ...]"}).decode()
+    return marker if tokenizer.count(marker) <= max_tokens else "{}"
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+def _strings(value: Any) -> list[str]:
+    """The string values of decoded JSON, depth first (object keys are structure, kept whole)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []
+
+
+def _with_strings(value: Any, strings: Any) -> Any:
+    """``value`` with its string values replaced, in ``_strings`` order, by the next of ``strings``."""
+    if isinstance(value, str):
+        return next(strings)
+    if isinstance(value, dict):
+        return {key: _with_strings(item, strings) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_with_strings(item, strings) for item in value]
+    return value
+
+
 def _cap(sizes: list[int], room: int) -> int:
     """The largest c with sum(min(size, c)) <= room: what each text may keep when room is shared fairly."""
     low, high = 0, max(sizes, default=0)
@@ -158,7 +208,7 @@ def _fit_turn(turn: list[Message], limit: int, tokenizer: Tokenizer) -> list[Mes
     fitted, at = [], 0
     for m, (content, arguments) in zip(turn, texts, strict=True):
         new_content = truncate_text(content, cap, tokenizer, sizes[at])
-        calls = [msgspec.structs.replace(c, arguments=truncate_text(a, cap, tokenizer, sizes[at + 1 + i]))
+        calls = [msgspec.structs.replace(c, arguments=truncate_arguments(a, cap, tokenizer, sizes[at + 1 + i]))
                  for i, (c, a) in enumerate(zip(m.tool_calls, arguments, strict=True))]  # fmt: skip
         at += 1 + len(arguments)
         fitted.append(msgspec.structs.replace(m, content=new_content, tool_calls=tuple(calls), tokens=0))
