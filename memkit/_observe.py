@@ -22,7 +22,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from memkit._background import BackgroundTask
 from memkit._repr import short_repr
-from memkit._validation import check_text
+from memkit._validation import check_text, encodable
 from memkit.errors import ContentError, NotOpenError, ValidationError, WriterBusyError
 from memkit.layers.shortterm._messages import ROLES
 
@@ -83,6 +83,10 @@ def _check_observed_content(content: object, what: str) -> None:
     if any(isinstance(text, str) and "\x00" in text for text in texts):
         raise ContentError(f"{what} contains a NUL character, which long-term memory (where observed facts go) "
                            "does not store: remove it")  # fmt: skip
+    if not all(encodable(text) for text in texts if isinstance(text, str)):  # else the writer dropped the turn
+        raise ContentError(f"{what} contains a lone surrogate (text that is not valid Unicode), which "
+                           "long-term memory (where observed facts go) does not store: decode it with "
+                           "errors='replace'")  # fmt: skip
 
 
 class Observer:

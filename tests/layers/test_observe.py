@@ -154,6 +154,8 @@ async def test_bad_turns_are_refused(messages: Any) -> None:
         {"role": "bogus", "content": "hi"},
         {"role": "user", "content": 5},
         {"role": "user", "content": "I live in \x00Paris."},
+        {"role": "user", "content": "I live in Oslo. I love tea \ud800"},
+        {"role": "user", "content": [{"type": "text", "text": "I love tea \udc00"}]},
     ],
 )
 async def test_a_bad_message_is_refused_with_or_without_a_session(message: Any, session_id: str | None) -> None:
