@@ -111,6 +111,8 @@ class Memkit:
             raise ValidationError(f"long_term must be a LongTermConfig or None, got {type(long_term).__name__}")
         self.embedder = resolve_embedder(embedder)
         self._backends: dict[StorageURL, Backend] = {u: open_backend(u) for u in dict.fromkeys(urls.values())}
+        for backend in self._backends.values():
+            backend.owner = f"Memkit({str(self.url)!r})"
         layer_backend = self._layer_backends(urls)
         self._access = AccessTracker()
         self._long_term = LongTermMemory(layer_backend["long_term"], self.embedder, long_term, self._access)
@@ -270,7 +272,7 @@ class Memkit:
     def _require_open(self, what: str) -> None:
         if not self._open:
             raise NotOpenError(
-                f"Memkit({str(self.url)!r}) is not open, so mem.{what} cannot be used yet: "
+                f"Memkit({str(self.url)!r}) is not open (never opened, or closed since), so mem.{what} cannot be used: "
                 "use 'async with Memkit(...) as mem:' or 'await mem.open()' first"
             )
         if what in self._unserved:

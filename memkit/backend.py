@@ -304,6 +304,8 @@ class _Lifecycle(ABC):
     """Connection lifecycle shared by both faces: ``async with backend: ...``."""
 
     capabilities: Capabilities = Capabilities()
+    owner: str | None = None
+    """The client that opens and closes this backend (``Memkit('sqlite:///a.db')``), named when it is closed."""
 
     def __init__(self, url: StorageURL) -> None:
         self.url = url

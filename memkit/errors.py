@@ -80,6 +80,16 @@ class MemkitError(Exception):
 class NotOpenError(MemkitError, RuntimeError):
     """A client was used before ``open()`` (or ``async with``) or after ``aclose()``."""
 
+    @classmethod
+    def closed(cls, owner: str | None, own_words: str) -> NotOpenError:
+        """A backend's refusal while closed, naming the client that opens and closes it when there is one
+        (a layer kept past ``async with Memkit(...)`` reached its backend, whose own words misled)."""
+        if owner is None:
+            return cls(own_words)
+        return cls(f"{owner} is not open (never opened, or closed since), so its layers cannot be used: use "
+                   "them inside 'async with Memkit(...) as mem:', or between 'await mem.open()' and "
+                   "'await mem.aclose()'")  # fmt: skip
+
 
 class ConfigurationError(MemkitError):
     """The configuration (URL, settings, installed extras) cannot work."""

@@ -13,7 +13,7 @@ from memkit.embedders import HashingEmbedder
 pytestmark = pytest.mark.anyio
 
 
-class User(str, enum.Enum):  # the pre-3.11 idiom: str() and f-strings spell a member "User.BOB"
+class User(str, enum.Enum):  # noqa: UP042  # the pre-3.11 idiom: str() and f-strings spell a member "User.BOB"
     BOB = "bob"
 
 

@@ -70,7 +70,8 @@ async def test_a_second_update_moves_the_text_on_again(mem: Memkit) -> None:
 async def test_clients_storing_a_moved_text_at_once_keep_one(store_url: str) -> None:
     if store_url == "memory://":
         pytest.skip("two clients share a store on the backends that persist")
-    async with Memkit(store_url, embedder=HashingEmbedder(64)) as a, Memkit(store_url, embedder=HashingEmbedder(64)) as b:
+    embedder = HashingEmbedder(64)
+    async with Memkit(store_url, embedder=embedder) as a, Memkit(store_url, embedder=embedder) as b:
         first = await a.long_term.store(DOOR, user_id="ada")
         assert first.memory is not None
         await a.long_term.update(first.memory.id, user_id="ada", content=WIFI)
@@ -124,8 +125,11 @@ async def test_an_exact_duplicate_raises_importance_and_merges_metadata(mem: Mem
 
 async def test_a_duplicate_within_a_batch_refreshes_the_new_memory(mem: Memkit) -> None:
     lt = mem.long_term
-    results = await lt.store_many([NewMemory(content=DOOR, importance=0.3, ttl=60),
-                                   NewMemory(content=DOOR, importance=0.8, metadata={"k": "v"})], user_id="ada")  # fmt: skip
+    first, again = (
+        NewMemory(content=DOOR, importance=0.3, ttl=60),
+        NewMemory(content=DOOR, importance=0.8, metadata={"k": "v"}),
+    )
+    results = await lt.store_many([first, again], user_id="ada")
     assert [r.status for r in results] == ["stored", "duplicate"]
     [kept] = (await lt.list(user_id="ada")).memories
     assert kept.importance == 0.8 and kept.metadata == {"k": "v"} and kept.expires_at is None

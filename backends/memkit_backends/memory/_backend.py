@@ -108,8 +108,11 @@ class MemoryBackend(Backend):
         """Refuse a call before open() or after aclose(): a layer kept past ``Memkit.aclose()`` kept writing here
         while sqlite:// refused, so one program behaved two ways. One attribute check per call."""
         if not self._open:
-            raise NotOpenError(f"the {self.url.scheme}:// backend is not open (never opened, or closed); use "
-                               "'async with Memkit(...) as mem:' (or 'async with backend:')")  # fmt: skip
+            raise NotOpenError.closed(
+                self.owner,
+                f"the {self.url.scheme}:// backend is not open (never opened, or closed); use "
+                "'async with Memkit(...) as mem:' (or 'async with backend:')",
+            )
 
     async def ensure_collection(self, name: str, dim: int | None) -> None:
         self._require_open()

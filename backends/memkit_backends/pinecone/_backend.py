@@ -121,7 +121,9 @@ class PineconeBackend(RecordsOnlyBackend):
     @property
     def _io(self) -> IndexIO:
         if self._index is None:
-            raise NotOpenError(f"{self.url} is not open (never opened, or closed): use 'async with open_backend(...)'")
+            raise NotOpenError.closed(
+                self.owner, f"{self.url} is not open (never opened, or closed): use 'async with open_backend(...)'"
+            )
         return self._index
 
     def _namespace(self, collection: str) -> str:

@@ -91,7 +91,7 @@ class PostgresBase(Backend):
     @property
     def pool(self) -> asyncpg.Pool:
         if self._pool is None:
-            raise NotOpenError("the Postgres backend is not open; use 'async with backend:'")
+            raise NotOpenError.closed(self.owner, "the Postgres backend is not open; use 'async with backend:'")
         return self._pool
 
     def table(self, table_name: str) -> str:

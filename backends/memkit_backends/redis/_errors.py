@@ -76,6 +76,7 @@ class RedisErrors:
     """What the shared ``retrying`` reads from a backend: retries, backoff, transient errors, mapping."""
 
     url: StorageURL
+    owner: str | None
     retries: int
     backoff_s: float = 0.05
     is_open: bool = False
@@ -99,8 +100,11 @@ def operation(
     @functools.wraps(method)
     async def refusals_first(self: B, *args: P.args, **kwargs: P.kwargs) -> T:
         if not self.is_open:
-            raise NotOpenError(f"the Redis backend ({self.url}) is not open (never opened, or closed); use "
-                               "'async with Memkit(...) as mem:' (or 'async with backend:')")  # fmt: skip
+            raise NotOpenError.closed(
+                self.owner,
+                f"the Redis backend ({self.url}) is not open (never opened, or closed); use "
+                "'async with Memkit(...) as mem:' (or 'async with backend:')",
+            )
         try:
             return await method(self, *args, **kwargs)
         except _REFUSED_CONNECTING as exc:

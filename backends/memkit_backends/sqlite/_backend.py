@@ -109,7 +109,9 @@ class SQLiteBackend(SQLiteKeyValue, Backend):
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
             # NotOpenError, as Memkit says for use before open / after close (BackendError read as a failure)
-            raise NotOpenError("the SQLite backend is not open (never opened, or closed); use 'async with backend:'")
+            raise NotOpenError.closed(
+                self.owner, "the SQLite backend is not open (never opened, or closed); use 'async with backend:'"
+            )
         return self._conn
 
     async def _in_thread(self, conn: sqlite3.Connection, action: Callable[[sqlite3.Connection], T]) -> T:

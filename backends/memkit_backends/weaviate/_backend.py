@@ -109,7 +109,9 @@ class WeaviateBackend(RecordsOnlyBackend):
 
     def _io(self, name: str) -> CollectionIO:
         if self._client is None:
-            raise NotOpenError(f"{self.url} is not open (never opened, or closed): use 'async with open_backend(...)'")
+            raise NotOpenError.closed(
+                self.owner, f"{self.url} is not open (never opened, or closed): use 'async with open_backend(...)'"
+            )
         handle = self._client.collections.use(name)
         return CollectionIO(handle, batch=self._settings.batch, concurrency=self._settings.concurrency)
 
@@ -121,7 +123,9 @@ class WeaviateBackend(RecordsOnlyBackend):
         if name in self._dims:
             return True
         if self._client is None:
-            raise NotOpenError(f"{self.url} is not open (never opened, or closed): use 'async with open_backend(...)'")
+            raise NotOpenError.closed(
+                self.owner, f"{self.url} is not open (never opened, or closed): use 'async with open_backend(...)'"
+            )
         if not await self._client.collections.exists(name):
             return False
         config = await self._client.collections.use(name).config.get(simple=True)
