@@ -71,6 +71,20 @@ async def test_a_fresh_result_is_served_without_running_the_tool(mem: Memkit) ->
     assert await cache.call("weather", {"city": "Oslo"}, tool, version="2") and tool.runs == 3  # a new version
 
 
+async def test_a_plain_function_runs_once_and_its_result_is_cached(mem: Memkit) -> None:
+    """Refusing its (already computed) value raised a bare TypeError after the side effect, and a retry ran
+    the tool again."""
+    bookings: list[str] = []
+
+    def book_hotel() -> dict[str, str]:
+        bookings.append("Plaza")
+        return {"booking": "ok"}
+
+    first = await mem.tool_cache.call("book", {"hotel": "Plaza"}, book_hotel)
+    again = await mem.tool_cache.call("book", {"hotel": "Plaza"}, book_hotel)
+    assert first == again == {"booking": "ok"} and bookings == ["Plaza"]
+
+
 def test_equal_arguments_give_one_key_and_unkeyable_ones_are_refused() -> None:
     def key(arguments: object) -> bytes:
         return canonical_arguments("t", arguments)

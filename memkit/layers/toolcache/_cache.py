@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -163,7 +164,9 @@ class ToolCache:
         type: Any = Any,
     ) -> T:
         """``run()``'s result for this tool and these arguments: from the cache when fresh, else by running it
-        (once, however many callers ask at the same time). ``type`` decodes a cached result (default: builtins)."""
+        (once, however many callers ask at the same time). ``run`` is an async function (or returns an
+        awaitable); a plain function's return value is taken as is (it runs on the event loop: keep it quick,
+        or pass ``lambda: anyio.to_thread.run_sync(fn)``). ``type`` decodes a cached result (default: builtins)."""
         key = self._key(tool, arguments, version, namespace)
         ttl = self._ttl(tool, ttl_s)
         # Checked before the lookup: type=5 ran the tool and cached its result, then failed every later call.
@@ -298,7 +301,10 @@ class ToolCache:
         renewal = BackgroundTask.start(lease.keep)
         try:
             try:
-                result = await run()
+                outcome: Any = run()
+                # A plain function has run by now: its value is the result (refused here, the tool's side
+                # effect happened uncached, and the caller's retry ran it again).
+                result: T = await outcome if inspect.isawaitable(outcome) else outcome
             finally:
                 with anyio.CancelScope(shield=True):
                     await renewal.stop()
