@@ -85,7 +85,7 @@ def _check_action(action: object, config: EpisodicConfig, what: str) -> Action:
         arguments = msgspec.to_builtins(action.arguments)
     except (TypeError, msgspec.EncodeError) as exc:
         raise ValidationError(f"{what}.arguments cannot be encoded: {exc}") from exc
-    check_metadata({"arguments": arguments})  # JSON values only: finite numbers, valid text, 64 KiB
+    check_metadata({"arguments": arguments}, what)  # JSON values only: finite numbers, valid text, 64 KiB
     return Action(
         tool=tool, arguments=arguments, ok=action.ok, latency_s=None if latency is None else float(latency),
         result=_optional_text(action.result, config.max_text_chars, f"{what}.result"),
