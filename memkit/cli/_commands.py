@@ -37,7 +37,7 @@ def _metadata(text: str | None) -> dict[str, Any] | None:
 
 def _memory_row(memory: Any) -> dict[str, Any]:
     return {"id": memory.id, "user": memory.scope.user_id or memory.scope.agent_id, "kind": memory.kind,
-            "importance": memory.importance, "created": memory.created_at.strftime("%Y-%m-%d %H:%M"),
+            "importance": memory.importance, "updated": memory.updated_at.strftime("%Y-%m-%d %H:%M"),
             "content": memory.content}  # fmt: skip
 
 
@@ -83,7 +83,7 @@ async def list_memories(args: argparse.Namespace) -> int:
     if not page.memories:
         print("no memories" + (f" of user {args.user_id!r}" if args.user_id else ""))
     else:
-        print_table([_memory_row(m) for m in page.memories], ["id", "user", "kind", "importance", "created",
+        print_table([_memory_row(m) for m in page.memories], ["id", "user", "kind", "importance", "updated",
                                                                "content"], wide="content")  # fmt: skip
     if page.next_cursor:
         print(f"(more: --cursor {page.next_cursor})", file=sys.stderr)

@@ -212,14 +212,17 @@ def merge(existing: Memory, newer: Memory) -> Memory:
 
 
 def refresh(existing: Memory, newer: Memory) -> Memory:
-    """An exact duplicate stored again: its text is known, and it refreshes the rest as a merge would (the
-    higher importance, merged metadata, the newer expiry or none). ``existing`` itself when nothing changes."""
+    """An exact duplicate stored again: its text is known, and it refreshes the rest: the higher importance,
+    merged metadata, the later expiry (none is the latest: a repeat never shortens a memory's life).
+    ``existing`` itself when nothing changes."""
     importance = max(existing.importance, newer.importance)
     metadata = {**existing.metadata, **newer.metadata}
-    expires_at = newer.expires_at if existing.expires_at is not None else None
-    if importance == existing.importance and metadata == existing.metadata and expires_at == existing.expires_at:
+    ends = (existing.expires_at, newer.expires_at)
+    later = None if None in ends else max(ends)  # type: ignore[type-var]  # no None here
+    unchanged = _encode_memory(metadata) == _encode_memory(existing.metadata)  # 1 == True, but not as stored
+    if importance == existing.importance and unchanged and later == existing.expires_at:
         return existing
-    return msgspec.structs.replace(existing, importance=importance, metadata=metadata, expires_at=expires_at,
+    return msgspec.structs.replace(existing, importance=importance, metadata=metadata, expires_at=later,
                                    updated_at=newer.updated_at)  # fmt: skip
 
 

@@ -83,6 +83,7 @@ class LongTermConfig(msgspec.Struct, frozen=True, kw_only=True):
     """The longest memory ``store`` takes (a longer one is refused: a memory is a statement, not a document).
     Conversation turns are not limited by it: ``add_turns`` stores a long turn whole, indexed as passages."""
     dedupe: bool = True
+    """False: no duplicate or near-duplicate checks, every stored memory is a new one (with an id of its own)."""
     merge_threshold: float = 0.92
     """Cosine similarity at or above which a new memory updates an existing one in the same scope."""
     default_k: int = 5

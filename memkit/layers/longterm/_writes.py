@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from memkit._concurrency import both, gather_bounded
-from memkit._time import now_epoch, utcnow
+from memkit._time import new_id, now_epoch, utcnow
 from memkit._validation import (
     check_content,
     check_importance,
@@ -34,7 +34,7 @@ from memkit._validation import (
 )
 from memkit.backend import Backend, Record, Scope
 from memkit.errors import ValidationError
-from memkit.layers.longterm._claims import claim_ids, create_one, held_ids, refresh_stored
+from memkit.layers.longterm._claims import claim_ids, create_one, held_ids, refresh_or_store, text_key
 from memkit.layers.longterm._codec import (
     decode,
     dedupe_key,
@@ -105,6 +105,8 @@ def _plan_one(new: NewMemory, default: Scope, config: LongTermConfig, now: datet
 
 
 Embed = Callable[[list[str]], Awaitable[Any]]
+_KEY_PAGES = 8
+"""Pages of a dedupe-key scan read at most for one batch (each key has a record per scope it was stored in)."""
 _PLANS_AT_ONCE = 8
 """Scopes of a batch planned at once (each holds a pooled connection on Postgres, whose pool is 10 by default)."""
 
@@ -129,7 +131,10 @@ async def store_batch(
     vectors, deduplicated; one write for all new memories. Results per group, in order. ``exclude``: ids
     never merged into (the memory a ``supersede`` replaces, which may be worded almost the same)."""
     collection = config.collection
-    if not config.dedupe:
+    if not config.dedupe:  # every memory is new: an id of its own (its text's could be another memory's)
+        groups = [
+            ([msgspec.structs.replace(m, id=new_id()) for m in memories], vectors) for memories, vectors in groups
+        ]
         records = [to_record(m, v) for memories, vectors in groups for m, v in zip(memories, vectors, strict=True)]
         await backend.upsert(collection, records)
         return [[StoreResult(status="stored", memory=m) for m in memories] for memories, _ in groups]
@@ -140,8 +145,9 @@ async def store_batch(
     on_server = backend.capabilities.concurrent_requests
     limit = _PLANS_AT_ONCE if on_server else 1
     looked, found, held = await _look_up(backend, config, groups, limit, at_once=on_server and len(groups) == 1)
-    groups = [(await claim_ids(backend, collection, memories, taken), vectors)
-              for (memories, vectors), taken in zip(groups, held, strict=True)]  # fmt: skip
+    for g, ((memories, vectors), taken) in enumerate(zip(groups, held, strict=True)):
+        claimed, looked[g], found[g] = await claim_ids(backend, collection, memories, (looked[g], found[g]), taken)
+        groups[g] = (claimed, vectors)
     plans = await gather_bounded(
         [functools.partial(_plan_group, backend, config, memories, vectors, stored=stored, found=near,
                            exclude=exclude, reembed=reembed)
@@ -155,9 +161,7 @@ async def store_batch(
                 await _merge_stored(backend, config, target, newer, plan.results, reembed=reembed)
         for target, same in plan.refreshes.items():
             if target not in plan.fresh:
-                stored = await refresh_stored(backend, collection, target, [memory for _, memory in same])
-                for at, _ in same:
-                    plan.results[at] = StoreResult(status="duplicate", memory=stored) if stored else plan.results[at]
+                await refresh_or_store(backend, collection, target, same, results=plan.results, reembed=reembed)
     return [[r if r is not None else StoreResult(status="stored", memory=None) for r in p.results] for p in plans]
 
 
@@ -272,8 +276,19 @@ async def _existing(backend: Backend, collection: str, memories: list[Memory], *
         return await backend.get(collection, list(dict.fromkeys(m.id for m in memories)), scope)
 
     async def by_key(wanted: list[str]) -> list[Record]:
-        page = await backend.scan(collection, scope, filters={"dedupe": tuple(wanted)}, limit=2 * len(wanted), now=now)
-        return page.records
+        """Pages until each key's memory of this very scope is found: a user's scan also holds the same texts
+        stored for their sessions and agents, which filled a first page and hid the user's own."""
+        records: list[Record] = []
+        cursor: str | None = None
+        for _ in range(_KEY_PAGES):
+            page = await backend.scan(collection, scope, filters={"dedupe": tuple(wanted)}, cursor=cursor,
+                                      limit=max(2 * len(wanted), 16), now=now)  # fmt: skip
+            records += page.records
+            cursor = page.next_cursor
+            own = {text_key(r) for r in records if r.scope == scope and not is_superseded(r)}
+            if cursor is None or own.issuperset(wanted):
+                break
+        return records
 
     scanned: list[Record] | None = None
     if overlap:
@@ -362,9 +377,9 @@ async def _shown_similarity(
 
 
 async def _write_fresh(backend: Backend, collection: str, plans: list[_Plan]) -> None:
-    """One write for every new memory of the batch; items merged into another new one are folded in first."""
-    records: list[Record] = []
-    owner: list[_Plan] = []
+    """One write for every new memory of the batch, with the items merged into it or repeating it folded in. A
+    single one is created only if absent (``create_one``): another process may have written its id meanwhile."""
+    made: list[tuple[_Plan, Memory, Any]] = []
     for plan in plans:
         for memory_id_, (at, memory, vector) in plan.fresh.items():
             folded = memory
@@ -373,17 +388,18 @@ async def _write_fresh(backend: Backend, collection: str, plans: list[_Plan]) ->
                 plan.results[later_at] = StoreResult(status="merged", memory=folded)
             for _, later in plan.refreshes.get(memory_id_, []):
                 folded = refresh(folded, later)
-            for later_at, _ in plan.refreshes.get(memory_id_, []):
-                plan.results[later_at] = StoreResult(status="duplicate", memory=folded)
-            records.append(to_record(folded, vector))
-            owner.append(plan)
+            made.append((plan, folded, vector))
             plan.results[at] = StoreResult(status="stored", memory=folded)
-    if len(records) == 1 and not owner[0].merges.get(records[0].id) and not owner[0].refreshes.get(records[0].id):
-        plan = owner[0]
-        at, memory, vector = plan.fresh[records[0].id]
-        await create_one(backend, collection, memory, vector, at=at, results=plan.results)
-    elif records:
-        await backend.upsert(collection, records)
+    if len(made) == 1 and not made[0][0].merges.get(made[0][1].id):
+        [(plan, memory, vector)] = made
+        result = await create_one(backend, collection, memory, vector)
+        plan.results[plan.fresh[memory.id][0]] = result
+    elif made:
+        await backend.upsert(collection, [to_record(memory, vector) for _, memory, vector in made])
+    for plan, memory, _ in made:  # the batch's repeats of a new memory: duplicates of what was written
+        written = plan.results[plan.fresh[memory.id][0]]
+        for later_at, _ in plan.refreshes.get(memory.id, []):
+            plan.results[later_at] = StoreResult(status="duplicate", memory=written.memory if written else None)
 
 
 async def _merge_stored(
