@@ -13,7 +13,7 @@ import pytest
 
 from memkit import LongTermConfig, Memkit, NewMemory
 from memkit.embedders import HashingEmbedder
-from memkit.layers.longterm import _claims, _writes
+from memkit.layers.longterm import LongTermMemory, Memory, _claims, _writes
 from memkit.layers.longterm._claims import create_one
 from memkit.layers.longterm._codec import memory_id
 
@@ -41,14 +41,20 @@ async def _contents(mem: Memkit, user: str = "ada") -> list[str]:
     return sorted(m.content for m in (await mem.long_term.list(user_id=user, limit=100)).memories)
 
 
-async def test_store_of_a_text_whose_id_an_update_kept(mem: Memkit) -> None:
-    lt = mem.long_term
+async def _moved(lt: LongTermMemory) -> Memory:
+    """DOOR stored, then updated to WIFI: DOOR's id now holds another text. DOOR's memory as first stored."""
     first = await lt.store(DOOR, user_id="ada")
     assert first.memory is not None
     await lt.update(first.memory.id, user_id="ada", content=WIFI)
+    return first.memory
+
+
+async def test_store_of_a_text_whose_id_an_update_kept(mem: Memkit) -> None:
+    lt = mem.long_term
+    first = await _moved(lt)
     again = await lt.store(DOOR, user_id="ada")
     assert again.status == "stored" and again.memory is not None and again.memory.content == DOOR
-    assert again.memory.id == memory_id(again.memory.scope, DOOR, 1) != first.memory.id
+    assert again.memory.id == memory_id(again.memory.scope, DOOR, 1) != first.id
     assert await _contents(mem) == sorted([DOOR, WIFI])
     assert (await lt.store(DOOR, user_id="ada")).status == "duplicate"  # found at its new id
     assert await _contents(mem) == sorted([DOOR, WIFI])
@@ -56,13 +62,11 @@ async def test_store_of_a_text_whose_id_an_update_kept(mem: Memkit) -> None:
 
 async def test_store_many_never_overwrites_the_memory_holding_the_id(mem: Memkit) -> None:
     lt = mem.long_term
-    first = await lt.store(DOOR, user_id="ada")
-    assert first.memory is not None
-    await lt.update(first.memory.id, user_id="ada", content=WIFI)
+    first = await _moved(lt)
     results = await lt.store_many([DOOR, "Something else entirely", DOOR], user_id="ada")
     assert [r.status for r in results] == ["stored", "stored", "duplicate"]
     assert await _contents(mem) == sorted([DOOR, WIFI, "Something else entirely"])
-    kept = await lt.get(first.memory.id, user_id="ada")
+    kept = await lt.get(first.id, user_id="ada")
     assert kept is not None and kept.content == WIFI
 
 
@@ -83,9 +87,7 @@ async def test_clients_storing_a_moved_text_at_once_keep_one(store_url: str) -> 
         pytest.skip("two clients share a store on the backends that persist")
     embedder = HashingEmbedder(64)
     async with Memkit(store_url, embedder=embedder) as a, Memkit(store_url, embedder=embedder) as b:
-        first = await a.long_term.store(DOOR, user_id="ada")
-        assert first.memory is not None
-        await a.long_term.update(first.memory.id, user_id="ada", content=WIFI)
+        await _moved(a.long_term)
         statuses: list[str] = []
 
         async def store(client: Memkit) -> None:
@@ -101,10 +103,8 @@ async def test_clients_storing_a_moved_text_at_once_keep_one(store_url: str) -> 
 async def test_create_one_moves_on_when_the_id_was_taken_meanwhile(mem: Memkit) -> None:
     """The race a read cannot see: the id is held by another text only when the create-if-absent runs."""
     lt = mem.long_term
-    held = await lt.store(DOOR, user_id="ada")
-    assert held.memory is not None
-    await lt.update(held.memory.id, user_id="ada", content=WIFI)
-    planned = held.memory  # the plan made before the update: DOOR at its first id
+    held = await _moved(lt)
+    planned = held  # the plan made before the update: DOOR at its first id
     [vector] = await lt._embed([DOOR])
     result = await create_one(lt.backend, lt.config.collection, planned, vector)
     assert result.status == "stored" and result.memory is not None
@@ -122,9 +122,7 @@ async def test_a_batch_repeating_a_text_never_overwrites_what_another_client_wro
 
     async def other_client_first(*args: object) -> None:
         monkeypatch.setattr(_writes, "_write_fresh", write_fresh)
-        first = await other.long_term.store(DOOR, user_id="ada", importance=0.9)
-        assert first.memory is not None
-        await other.long_term.update(first.memory.id, user_id="ada", content=WIFI)
+        await _moved(other.long_term)
         await write_fresh(*args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(_writes, "_write_fresh", other_client_first)
@@ -137,9 +135,7 @@ async def test_a_moved_text_claimed_by_another_client_meanwhile_is_its_duplicate
     mem: Memkit, other: Memkit, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # fmt: skip
     lt = mem.long_term
-    first = await lt.store(DOOR, user_id="ada")
-    assert first.memory is not None
-    await lt.update(first.memory.id, user_id="ada", content=WIFI)
+    await _moved(lt)
     claim = _writes.claim_ids
 
     async def other_client_first(*args: Any) -> Any:
@@ -158,9 +154,7 @@ async def test_copies_in_sessions_do_not_hide_the_users_own(mem: Memkit) -> None
     lt = mem.long_term
     for session in ("s1", "s2", "s3"):
         await lt.store(DOOR, user_id="ada", session_id=session)
-    first = await lt.store(DOOR, user_id="ada")
-    assert first.memory is not None
-    await lt.update(first.memory.id, user_id="ada", content=WIFI)
+    await _moved(lt)
     statuses = [(await lt.store(DOOR, user_id="ada")).status for _ in range(4)]
     assert statuses == ["stored", "duplicate", "duplicate", "duplicate"]
     own = [m for m in (await lt.list(user_id="ada", limit=100)).memories if m.scope.session_id is None]
@@ -199,9 +193,7 @@ async def test_a_duplicate_of_a_memory_forgotten_meanwhile_is_stored(
 
 async def test_without_dedupe_every_memory_is_new(store_url: str) -> None:
     async with Memkit(store_url, embedder=HashingEmbedder(64), long_term=LongTermConfig(dedupe=False)) as mem:
-        first = await mem.long_term.store(DOOR, user_id="ada")
-        assert first.memory is not None
-        await mem.long_term.update(first.memory.id, user_id="ada", content=WIFI)
+        await _moved(mem.long_term)
         await mem.long_term.store(DOOR, user_id="ada")
         await mem.long_term.store(DOOR, user_id="ada")
         assert await _contents(mem) == sorted([DOOR, DOOR, WIFI])
