@@ -52,13 +52,17 @@ async def forget_user(mem: Memkit, user_id: str) -> UserForgotten:
         served = _served(mem, layer)
         return 0 if served is None else int(await served.forget_all(user_id=user_id))
 
+    async def graph() -> int:  # every graph of the user's: with each agent too
+        served = _served(mem, "graph")
+        return 0 if served is None else int(await served.erase_user(user_id))
+
     # Conversation state (sessions, checkpoints, tasks) first: a failure midway leaves memories rather than a
     # half-erased conversation for the agent to resume from; running it again finishes the job.
     sessions = await keys("short_term", SESSION_NAMESPACE)
     checkpoints = await keys("checkpoints", CHECKPOINTS)
     working = await keys("working", WORKING)
     return UserForgotten(user_id=user_id, memories=await records("long_term"), episodes=await records("episodic"),
-                         graph_items=await records("graph"), working_items=working, checkpoint_keys=checkpoints,
+                         graph_items=await graph(), working_items=working, checkpoint_keys=checkpoints,
                          sessions=sessions)  # fmt: skip
 
 

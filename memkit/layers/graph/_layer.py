@@ -12,7 +12,15 @@ import msgspec
 
 from memkit._repr import short_repr
 from memkit._time import now_epoch
-from memkit._validation import check_content, check_flag, check_int, check_moment, check_owner, check_text
+from memkit._validation import (
+    check_content,
+    check_flag,
+    check_int,
+    check_moment,
+    check_owner,
+    check_text,
+    require_scope,
+)
 from memkit.backend import Backend, Record, Scope
 from memkit.embedders import Embedder
 from memkit.errors import ConfigurationError, CorruptDataError, NotFoundError, ScopeError, ValidationError
@@ -248,6 +256,20 @@ class KnowledgeGraph:
             if not deleted:
                 return total
             total += deleted
+
+    async def erase_user(self, user_id: str) -> int:
+        """Delete every node and edge of ``user_id``, in whichever agent's graph of theirs (``forget_user``;
+        ``forget_all`` deletes one owner's graph, and a user's graph with an agent is another owner's)."""
+        scope = require_scope(user_id, None, None)
+        total = 0
+        for collection in (self.config.edges_collection, self.config.nodes_collection):
+            while True:
+                page = await self.backend.scan(collection, scope, limit=_PAGE)
+                deleted = await self.backend.delete(collection, [r.id for r in page.records], scope)
+                if not deleted:  # nothing left (or nothing this scope may delete): never loop on it
+                    break
+                total += deleted
+        return total
 
     async def _forget_edges(self, writer: GraphWriter) -> int:
         """Every edge of the owner: those in its scope that are exactly its (the scope of a user also matches
