@@ -37,7 +37,7 @@ def to_line(record: Any, vectors: bool) -> Line:
         kind=memory.kind, content=memory.content, importance=memory.importance, source=memory.source,
         created_at=memory.created_at, updated_at=memory.updated_at, expires_at=memory.expires_at,
         last_accessed_at=memory.last_accessed_at, access_count=memory.access_count, metadata=memory.metadata,
-        context=memory.context,
+        context=memory.context, superseded_by=memory.superseded_by, superseded_at=memory.superseded_at,
         vector=vector_bytes(record.vector) if vectors and record.vector is not None else None,
     )  # fmt: skip
 

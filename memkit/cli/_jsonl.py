@@ -57,6 +57,9 @@ class Line(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fiel
     access_count: int = 0
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     context: str | None = None
+    superseded_by: str | None = None
+    """The id of the memory that replaced this one (``supersede``): history, left out of recall."""
+    superseded_at: datetime | None = None
     vector: bytes | list[float] | None = None
     """Base64 in the file (msgspec decodes and encodes it: 4 us a line, against 10 us for ``base64``), or a list."""
 

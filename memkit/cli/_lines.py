@@ -68,6 +68,8 @@ def _memory(line: Line, now: datetime, max_chars: int) -> Memory:
     created = _moment(line.created_at, "created_at") or now
     if not 0 <= line.access_count <= _MAX_COUNT:
         raise ValueError(f"access_count must be between 0 and {_MAX_COUNT}, got {line.access_count}")
+    if line.superseded_at is not None and line.superseded_by is None:
+        raise ValueError("superseded_at needs superseded_by (the id of the memory that replaced this one)")
     return Memory(
         id=memory_id(scope, content) if line.id is None else check_text(line.id, "id"),
         scope=scope, kind=check_text(line.kind, "kind"), content=content,
@@ -78,6 +80,8 @@ def _memory(line: Line, now: datetime, max_chars: int) -> Memory:
         last_accessed_at=_moment(line.last_accessed_at, "last_accessed_at"),
         access_count=line.access_count, metadata=check_metadata(line.metadata),
         context=None if line.context is None else check_content(line.context, max_chars, "context"),
+        superseded_by=None if line.superseded_by is None else check_text(line.superseded_by, "superseded_by"),
+        superseded_at=_moment(line.superseded_at, "superseded_at"),
     )  # fmt: skip
 
 

@@ -61,6 +61,31 @@ def test_export_and_import_keep_ids_texts_and_exact_vectors(tmp_path: Path) -> N
     assert again["imported"] == 3 and len(_records(target)) == 3
 
 
+def test_a_superseded_memory_stays_history_through_export_and_import(tmp_path: Path) -> None:
+    """The lines carry ``superseded_by``: without it a restored store recalled the corrected fact as current."""
+    from memkit import Memkit
+
+    source, target = sqlite_url(tmp_path / "a.db"), sqlite_url(tmp_path / "b.db")
+
+    async def supersede() -> str:
+        async with Memkit(source, embedder="hashing", config=False) as mem:
+            old = await mem.long_term.store("The user lives in Paris", user_id="ada")
+            assert old.memory is not None
+            await mem.long_term.supersede(old.memory.id, "The user lives in Porto", user_id="ada")
+            return old.memory.id
+
+    old_id = anyio.run(supersede)
+    out = tmp_path / "all.jsonl"
+    ok_json("export", str(out), "--vectors", "--url", source)
+    assert ok_json("import", str(out), "--url", target)["imported"] == 2
+    hits = ok_json("recall", "where does the user live", "--user-id", "ada", "--url", target)["hits"]
+    assert [h["memory"]["content"] for h in hits] == ["The user lives in Porto"]
+    restored = ok_json("get", old_id, "--user-id", "ada", "--url", target)
+    assert restored["superseded_by"] is not None and restored["superseded_at"] is not None
+    _write_lines(tmp_path / "bad.jsonl", [{"content": "x", "user_id": "ada", "superseded_at": "2026-01-01T00:00:00Z"}])
+    assert "superseded_at needs superseded_by" in memkit("import", str(tmp_path / "bad.jsonl"), "--url", target).stderr
+
+
 def test_export_of_one_user_to_standard_output(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path / "a.db")
     ok_json("store", "likes tea", "--user-id", "ada", "--url", url, "--embedder", "hashing")
