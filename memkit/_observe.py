@@ -220,6 +220,7 @@ def turn_writer(
     """What the writer does with a turn: facts into long-term memory (by the client's model when it has one,
     else offline), then the user's messages into the graph (a graph failure is logged; the facts stand)."""
     from memkit.extract import FactWriter, HeuristicFactExtractor, LLMFactExtractor
+    from memkit.extract._heuristic import message_text
 
     extractor = LLMFactExtractor(llm) if llm is not None else HeuristicFactExtractor()
     facts = FactWriter(long_term, extractor)
@@ -229,8 +230,8 @@ def turn_writer(
         if config.graph and turn.user_id is not None:
             try:
                 for message in turn.messages:
-                    text = message.get("content")
-                    if message.get("role") == "user" and isinstance(text, str) and text.strip():
+                    text = message_text(message)  # a string, or the text of Anthropic-shaped blocks
+                    if message.get("role") == "user" and text.strip():
                         provenance = [f"session:{turn.session_id}"] if turn.session_id else []
                         await graph.ingest(text, user_id=turn.user_id, provenance=provenance)
             except Exception:  # the graph is a second reading of the turn: its failure must not undo the facts

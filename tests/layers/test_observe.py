@@ -127,6 +127,15 @@ async def test_a_correction_supersedes_and_context_reads_after_write() -> None:
         assert "user lives in Porto" in await mem.graph.to_context("user", user_id="ada")
 
 
+async def test_anthropic_shaped_blocks_reach_the_graph_too() -> None:
+    """Content as a list of blocks gave facts, but only string content was read into the graph."""
+    blocks = [{"role": "user", "content": [{"type": "text", "text": "I live in Paris."}]}]
+    async with Memkit("memory://", embedder="hashing") as mem:
+        await mem.observe(user_id="ada", messages=blocks)
+        await mem.flush()
+        assert "user lives in Paris" in await mem.graph.to_context("user", user_id="ada")
+
+
 async def test_closing_drains_the_queue_for_the_next_process(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'agent.db'}"
     async with Memkit(url, embedder="hashing") as mem:
