@@ -96,6 +96,20 @@ async def test_ingest_builds_the_graph_and_a_correction_supersedes(mem: Memkit) 
     assert paris.valid_to is not None and paris.provenance == ["turn-1"]
 
 
+async def test_a_move_stated_in_the_same_call_ends_the_first_home(mem: Memkit) -> None:
+    """Every edge of one call started at the same moment, so none ended another: two current homes."""
+    graph = mem.graph
+    await graph.ingest("I live in Paris. Actually, I moved to Lisbon.", speaker="Ada", user_id="u")
+    assert [e.target for e in await graph.edges("Ada", relation="lives_in", user_id="u")] == ["Lisbon"]
+    stated = [("lives_in", "Kyiv"), ("lives_in", "Lviv"), ("likes", "tea"), ("likes", "jazz")]
+    await graph.upsert(edges=[Edge(source="Eve", relation=r, target=t) for r, t in stated], user_id="u")
+    assert [e.target for e in await graph.edges("Eve", relation="lives_in", user_id="u")] == ["Lviv"]
+    assert sorted(e.target for e in await graph.edges("Eve", relation="likes", user_id="u")) == ["jazz", "tea"]
+    [kyiv] = [e for e in await graph.edges("Eve", relation="lives_in", include_ended=True, user_id="u")
+              if e.target == "Kyiv"]  # fmt: skip
+    assert kyiv.valid_to is not None
+
+
 # -- a model over real HTTP (the loopback double of the OpenAI API) ---------------------------------------------
 def _chat(double: LLMDouble) -> OpenAIChat:
     return OpenAIChat("gpt-test", base_url=double.openai_url, api_key="sk-test", backoff_s=0.01, max_backoff_s=0.1,

@@ -17,6 +17,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from memkit._concurrency import gather_bounded
+from memkit._time import from_epoch
 from memkit.backend import FilterValue, Query, Record, RecordStore, Scope, Weights
 from memkit.embedders import Embedder
 from memkit.layers._cas import KeyedLocks, merge_record
@@ -203,6 +204,7 @@ class GraphWriter:
         ends_of: dict[str, tuple[str, str, str, str]] = {}
         order = []
         names = {record.id: self.body_of(record, decode_node).name for record in nodes.values()}
+        edges = _in_stated_order(edges, self.now, self._is_functional)
         for edge in edges:
             src, dst = nodes[normal_name(edge.source)], nodes[normal_name(edge.target)]
             target = edge_id(self.owner, src.id, edge.relation, dst.id)
@@ -358,3 +360,27 @@ class GraphWriter:
         colliding until one ran out of attempts); other processes still race, and compare-and-set settles it."""
         async with self.locks.holding([f"{collection}\x00{target}"]):
             return await merge_record(self.store, collection, target, self.scope, build=build)
+
+
+def _in_stated_order(edges: Sequence[Edge], now: float, functional: Callable[[Edge], bool]) -> Sequence[Edge]:
+    """A batch that gives one source several targets of a functional relation ("I live in Paris. Actually, I
+    moved to Lisbon."), none with a ``valid_from``: each target starts a microsecond after the one stated
+    before it, the last at ``now``, so the last one holds and ends the others. All starting at ``now``, none
+    began after another, so none was ended: two current homes."""
+
+    def key(edge: Edge) -> tuple[tuple[str, str], str] | None:
+        if edge.valid_from is not None or not functional(edge):
+            return None
+        return (normal_name(edge.source), normal_relation(edge.relation)), normal_name(edge.target)
+
+    stated: dict[tuple[str, str], list[str]] = {}
+    for edge in edges:
+        if (found := key(edge)) is not None:
+            targets = stated.setdefault(found[0], [])
+            targets[:] = [*(t for t in targets if t != found[1]), found[1]]  # the last statement's place
+    if all(len(targets) < 2 for targets in stated.values()):
+        return edges
+    starts = {(group, target): from_epoch(now - (len(targets) - 1 - at) * 1e-6)
+              for group, targets in stated.items() for at, target in enumerate(targets)}  # fmt: skip
+    return [edge if (found := key(edge)) is None else msgspec.structs.replace(edge, valid_from=starts[found])
+            for edge in edges]  # fmt: skip
