@@ -227,26 +227,26 @@ def _assemble(raw: dict[str, Any], errors: dict[str, str], budget: int, config: 
     header_cost = {name: tokenizer.count(_HEADERS[name]) + 1 if _HEADERS[name] else 0 for name in lines}
     allowed = _split(budget, config, {n: header_cost[n] + sum(c) for n, c in costs.items()})
     sections: dict[str, str] = {}
-    kept_memories = 0
+    kept_memories: list[int] = []  # the positions of the memories in the block (a line per memory)
     for name in SECTIONS:
         if name not in lines:
             continue
         room = allowed.get(name, 0) - header_cost[name]
         kept = []
-        for line, cost in zip(lines[name], costs[name], strict=True):
+        for at, (line, cost) in enumerate(zip(lines[name], costs[name], strict=True)):
             if cost <= room:  # whole lines only; a shorter one further down may still fit
                 kept.append(line)
                 room -= cost
+                if name == "memories":
+                    kept_memories.append(at)
         if kept:
             sections[name] = "\n".join([_HEADERS[name], *kept] if _HEADERS[name] else kept)
-            if name == "memories":
-                kept_memories = len(kept)
     text = "\n\n".join(sections[n] for n in SECTIONS if n in sections)
     while text and tokenizer.count(text) > budget:  # counted piece by piece; a tokenizer need not be additive
         last = next(n for n in reversed(SECTIONS) if n in sections)
         del sections[last]
         text = "\n\n".join(sections[n] for n in SECTIONS if n in sections)
-    memories = [h for h in raw.get("memories", [])][:kept_memories] if "memories" in sections else []
+    memories = [raw["memories"][at] for at in kept_memories] if "memories" in sections else []
     return Context(text=text, tokens=tokenizer.count(text) if text else 0, budget_tokens=budget, memories=memories,
                    sections=sections, errors=errors)  # fmt: skip
 

@@ -74,6 +74,17 @@ async def test_smaller_budgets_keep_whole_lines_and_the_most_important_sections(
     assert list(tight.sections)[:1] == ["memories"]  # the first priority gets its share first
 
 
+async def test_the_memories_listed_are_those_in_the_block() -> None:
+    """A memory too long for the budget is passed over for a shorter one below it: the list named the long one."""
+    async with Memkit("memory://", embedder="hashing", config=False) as mem:
+        await mem.long_term.store("Peanuts: " + "I am severely allergic to peanuts and peanut oil, " * 12,
+                                  user_id="ada", importance=1.0)  # fmt: skip
+        await mem.long_term.store("Peanuts make me sick.", user_id="ada", importance=0.2)
+        ctx = await mem.context(user_id="ada", query="peanuts", budget_tokens=60)
+        assert ctx.text.endswith("- Peanuts make me sick.")
+        assert [hit.memory.content for hit in ctx.memories] == ["Peanuts make me sick."]
+
+
 async def test_a_failing_or_slow_layer_is_reported_and_the_others_answer(
     mem: Memkit, monkeypatch: pytest.MonkeyPatch
 ) -> None:
