@@ -204,10 +204,12 @@ def render(items: list[WorkingItem], max_tokens: int, tokenizer: Tokenizer) -> s
     room -= tokenizer.count(f"\n({len(items)} more entries not shown)")  # held back for the marker
     lines: list[str] = []
     for item in items:
+        if room < 2:  # no line fits in less
+            break
         line = _line(item)
         size = tokenizer.count(line) + 1
         if size > room:
-            break
+            continue  # a smaller entry further down may still fit (an entry too big hid every other)
         lines.append(line)
         room -= size
     left = len(items) - len(lines)

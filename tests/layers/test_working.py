@@ -70,6 +70,14 @@ async def test_to_context_puts_the_important_and_the_new_first_within_the_budget
     assert mem.working.tokenizer.count(small) + 4 <= 40
 
 
+async def test_an_entry_too_big_for_the_budget_leaves_room_to_the_smaller_ones(mem: Memkit) -> None:
+    task = mem.working.task("big")
+    await task.set("transcript", "word " * 2000, importance=0.9)
+    await task.set("city", "Porto", importance=0.5)
+    text = await task.to_context(max_tokens=200)
+    assert "- city: Porto" in text and "(1 more entries not shown)" in text and "transcript" not in text
+
+
 async def test_a_key_expires_after_its_ttl(mem: Memkit) -> None:
     task = mem.working.task("ttl")
     await task.set("lease", "worker-1", ttl_s=0.2)
