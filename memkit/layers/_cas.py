@@ -39,12 +39,15 @@ async def update_kv(
     *,
     ttl_s: float | None = None,
     now: float | None = None,
+    ttl_of: Callable[[bytes | None], float | None] | None = None,
 ) -> T:
-    """Apply ``change(current value or None) -> (new value, result)`` atomically; returns ``result``."""
+    """Apply ``change(current value or None) -> (new value, result)`` atomically; returns ``result``. The new
+    value expires after ``ttl_s``, or after ``ttl_of(current value or None)`` when given."""
     for attempt in range(ATTEMPTS):
         current = await store.kv_get(namespace, key, now=now)
         value, result = change(current)
-        if await store.kv_replace(namespace, key, value, expected=current, ttl_s=ttl_s, now=now):
+        ttl = ttl_s if ttl_of is None else ttl_of(current)
+        if await store.kv_replace(namespace, key, value, expected=current, ttl_s=ttl, now=now):
             return result
         await backoff(attempt)
     raise ConflictError(f"key {key!r} in {namespace!r} kept changing under concurrent writers; nothing was changed")

@@ -49,13 +49,16 @@ class _Entry(msgspec.Struct, kw_only=True):
     importance: float
     writer: str = ""
     """Unique per write, so two writers' equal values never both win one compare-and-set."""
+    expires_at: float | None = None
+    """When a ``ttl_s`` set it to expire (epoch seconds): ``update()`` keeps it (entries older than this field
+    have none, and an update of one makes it permanent, as before)."""
 
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode_entry = msgspec.msgpack.Decoder(_Entry).decode
 
 
-def _pack(value: object, importance: float, set_at: float | None = None) -> bytes:
+def _pack(value: object, importance: float, set_at: float | None = None, ttl_s: float | None = None) -> bytes:
     try:
         raw = _encode(value)
     except (TypeError, msgspec.EncodeError, UnicodeEncodeError, OverflowError, RecursionError, ValueError) as exc:
@@ -64,8 +67,11 @@ def _pack(value: object, importance: float, set_at: float | None = None) -> byte
         ) from exc
     if len(raw) > MAX_VALUE_BYTES:
         raise ValidationError(f"the value is {len(raw)} bytes encoded; the limit is {MAX_VALUE_BYTES}")
-    stamp = time.time() if set_at is None else set_at
-    return _encode(_Entry(value=msgspec.Raw(raw), set_at=stamp, importance=importance, writer=new_id()))
+    now = time.time()
+    stamp = now if set_at is None else set_at
+    expires_at = None if ttl_s is None else now + ttl_s
+    return _encode(_Entry(value=msgspec.Raw(raw), set_at=stamp, importance=importance, writer=new_id(),
+                          expires_at=expires_at))  # fmt: skip
 
 
 class TaskState:
@@ -87,8 +93,9 @@ class TaskState:
 
     async def set(self, key: str, value: object, *, importance: float = 0.5, ttl_s: float | None = None) -> None:
         """Set ``key`` (replacing its value); ``ttl_s`` makes it expire; ``importance`` orders ``to_context``."""
-        packed = _pack(value, check_importance(importance))
-        await self._layer.backend.kv_set(NAMESPACE, self._key(key), packed, _check_ttl(ttl_s))
+        ttl = _check_ttl(ttl_s)
+        packed = _pack(value, check_importance(importance), ttl_s=ttl)
+        await self._layer.backend.kv_set(NAMESPACE, self._key(key), packed, ttl)
 
     async def get(self, key: str, default: Any = None, *, type: type[T] | Any = Any) -> T | Any:
         """The value of ``key`` (decoded as ``type`` when given: a Struct, a dataclass...), else ``default``."""
@@ -105,19 +112,27 @@ class TaskState:
             raise ValidationError(f"working-memory key {key!r} does not hold a {short_repr(as_type)}: {exc}") from exc
 
     async def update(
-        self, key: str, change: Callable[[Any], object], *, importance: float = 0.5, ttl_s: float | None = None
-    ) -> Any:
-        """Set ``key`` to ``change(current value or None)`` atomically, against any other writer; returns it."""
+        self, key: str, change: Callable[[Any], object], *, importance: float | None = None,
+        ttl_s: float | None = None,
+    ) -> Any:  # fmt: skip
+        """Set ``key`` to ``change(current value or None)`` atomically, against any other writer; returns it.
+        The key keeps its importance and expiry unless ``importance`` / ``ttl_s`` are given (a new key: 0.5,
+        no expiry); they were reset to 0.5 and none, so a renewed lease never expired."""
         if not callable(change):  # else the TypeError came from inside the compare-and-set loop
             raise ValidationError(f"change must be a function of the current value, got {type(change).__name__}")
-        importance = check_importance(importance)
-        ttl_s = _check_ttl(ttl_s)
+        given = None if importance is None else check_importance(importance)
+        ttl = _check_ttl(ttl_s)
+
+        def ttl_of(raw: bytes | None) -> float | None:  # the given TTL, else what is left of the key's
+            return ttl if ttl is not None or raw is None else _left(self._entry(raw, key).expires_at)
 
         def apply(raw: bytes | None) -> tuple[bytes, Any]:
-            new = change(None if raw is None else self._value(self._entry(raw, key), key))
-            return _pack(new, importance), new
+            entry = None if raw is None else self._entry(raw, key)
+            new = change(None if entry is None else self._value(entry, key))
+            weight = given if given is not None else 0.5 if entry is None else entry.importance
+            return _pack(new, weight, ttl_s=ttl_of(raw)), new
 
-        return await update_kv(self._layer.backend, NAMESPACE, self._key(key), apply, ttl_s=ttl_s)
+        return await update_kv(self._layer.backend, NAMESPACE, self._key(key), apply, ttl_of=ttl_of)
 
     async def delete(self, key: str) -> bool:
         return await self._layer.backend.kv_delete(NAMESPACE, self._key(key))
@@ -169,6 +184,11 @@ class TaskState:
 
     def __repr__(self) -> str:
         return f"TaskState({self._label})"
+
+
+def _left(expires_at: float | None) -> float | None:
+    """The TTL that keeps an entry's expiry (a moment at least: one due now is still written, then expires)."""
+    return None if expires_at is None else max(expires_at - time.time(), 1e-3)
 
 
 def _check_ttl(ttl_s: object) -> float | None:

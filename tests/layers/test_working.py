@@ -88,6 +88,22 @@ async def test_a_key_expires_after_its_ttl(mem: Memkit) -> None:
     assert [i.key for i in await task.items()] == ["keep"]
 
 
+async def test_update_keeps_the_keys_importance_and_expiry(mem: Memkit) -> None:
+    """They were reset to 0.5 and none: a lease renewed by update() never expired."""
+    task = mem.working.task("lease")
+    await task.set("goal", "book a hotel", importance=0.9)
+    await task.update("goal", lambda goal: f"{goal} in Lisbon")
+    await task.set("lease", 1, ttl_s=0.3)
+    await task.update("lease", lambda n: n + 1)
+    assert [(i.key, i.value, i.importance) for i in await task.items()] == [("goal", "book a hotel in Lisbon", 0.9),
+                                                                           ("lease", 2, 0.5)]  # fmt: skip
+    await anyio.sleep(0.5)
+    assert await task.get("lease") is None  # the expiry set before the update
+    await task.update("goal", lambda goal: goal, importance=0.2)  # given: changed
+    await task.update("fresh", lambda none: "new")  # a new key: 0.5, no expiry
+    assert [(i.key, i.importance) for i in await task.items()] == [("fresh", 0.5), ("goal", 0.2)]
+
+
 async def test_concurrent_updates_from_two_clients_lose_nothing(kv_url: str) -> None:
     if kv_url == "memory://":
         pytest.skip("memory:// is one process's store; two clients would not share it")
