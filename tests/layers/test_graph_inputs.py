@@ -52,6 +52,17 @@ async def test_a_moment_past_year_9999_in_utc_is_refused_and_datetime_max_reads_
     assert (await mem.graph.related("Ada", user_id="u")).edges[0].target == "Tea"
 
 
+async def test_an_end_in_the_past_without_a_start_is_refused(mem: Memkit) -> None:
+    """``valid_from`` defaults to now: the interval ended before it began, and never held."""
+    past = datetime.now(UTC) - timedelta(days=1)
+    await mem.graph.upsert_edge("Ada", "works at", "Acme", user_id="u", valid_from=past - timedelta(days=30))
+    with pytest.raises(ValidationError, match="valid_from, which defaults to now"):
+        await mem.graph.upsert_edge("Ada", "works at", "Acme", user_id="u", valid_to=past)
+    ended = await mem.graph.upsert_edge("Ada", "works at", "Acme", user_id="u", valid_from=past, valid_to=past
+                                        + timedelta(hours=1))  # fmt: skip
+    assert ended.valid_to is not None and all(i.valid_from < i.valid_to for i in ended.history if i.valid_to)
+
+
 async def test_a_string_is_not_a_list_of_names(mem: Memkit) -> None:
     with pytest.raises(ValidationError, match="aliases must be a list"):
         await mem.graph.upsert_node("Ada Lovelace", aliases="Ada", user_id="u")  # type: ignore[arg-type]
