@@ -6,6 +6,7 @@ import dataclasses
 import random
 from collections.abc import AsyncIterator
 from typing import Any
+from unittest import mock
 
 import anyio
 import msgspec
@@ -345,5 +346,19 @@ async def test_a_damaged_index_is_corrupt_data_not_a_value_error(cp: Checkpoints
     index = msgspec.msgpack.decode(await cp.backend.kv_get(NAMESPACE, index_key) or b"")
     index["entries"][0]["created_at"] = 1e300  # decodes, but is no time
     await cp.backend.kv_set(NAMESPACE, index_key, msgspec.msgpack.encode(index))
-    with pytest.raises(CorruptDataError, match="damaged"):
+    with pytest.raises(CorruptDataError, match=r"damaged.*delete\(\) the thread"):
         await cp.list("t")
+
+
+async def test_delete_starts_a_thread_with_an_unreadable_index_again(cp: Checkpoints) -> None:
+    """What the error says to do: delete() raised the same error, and only forget_user cleared the thread."""
+    await cp.save("t", {"turn": 0})
+    await cp.save("t", {"turn": 1})
+    index_key = next(k for k, _ in (await cp.backend.kv_scan(NAMESPACE, limit=100)).items if k.endswith("||index"))
+    await cp.backend.kv_set(NAMESPACE, index_key, b"\xc1 not msgpack")
+    with pytest.raises(CorruptDataError, match="cannot be read"):
+        await cp.load("t")
+    assert await cp.delete("t") == 2  # both blobs, by the thread's prefix
+    assert (await cp.backend.kv_scan(NAMESPACE, limit=100)).items == [(index_key, mock.ANY)]  # the empty index
+    await cp.save("t", {"turn": 2})
+    assert (await cp.load("t")) == {"turn": 2} and len(await cp.list("t")) == 1

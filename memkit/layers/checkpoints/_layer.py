@@ -292,18 +292,27 @@ class Checkpoints:
         return len(dropped)
 
     async def delete(self, thread_id: str, *, user_id: str | None = None, agent_id: str | None = None) -> int:
-        """Forget the whole thread; returns how many checkpoints it listed.
+        """Forget the whole thread; returns how many checkpoints it listed (an index that cannot be read is
+        replaced, and every checkpoint of the thread deleted: how many).
 
         The index is emptied by compare-and-set and only the blobs it listed are deleted, then orphans older
         than ``orphan_grace_s``: a blind delete of every key let a save in flight re-create an index listing
         a blob already gone (its latest checkpoint then never loaded). A younger orphan may be such a save's;
         the next ``prune`` or ``delete`` sweeps it once it is old enough."""
         thread = _thread(thread_id, user_id, agent_id)
+        damaged = False
 
         def empty(current: bytes | None) -> tuple[bytes, builtins.list[str]]:
-            return _encode_index(_Index(entries=[])), [e.id for e in _read_index(current, thread).entries]
+            nonlocal damaged
+            try:
+                listed = [e.id for e in _read_index(current, thread).entries]
+            except CorruptDataError:  # what the error says to do: no save can land on it, so every blob goes
+                damaged, listed = True, []
+            return _encode_index(_Index(entries=[])), listed
 
         dropped = await update_kv(self.backend, NAMESPACE, thread.index_key, empty)
+        if damaged:
+            return int(await self.backend.kv_delete_prefix(NAMESPACE, thread.blob_prefix))
         await self._forget(thread, dropped)
         await self._sweep_orphans(thread)
         return len(dropped)
