@@ -16,6 +16,7 @@ Needs pytest; runs under anyio's pytest plugin (shipped with anyio).
 """
 
 from memkit.testing._episodic import EpisodicConformance
+from memkit.testing._graph import GraphConformance
 from memkit.testing._helpers import make_record
 from memkit.testing._kv import KeyValueConformance
 from memkit.testing._kv_layers import KeyValueLayersConformance
@@ -25,6 +26,7 @@ from memkit.testing._records import BackendConformance
 __all__ = [
     "BackendConformance",
     "EpisodicConformance",
+    "GraphConformance",
     "KeyValueConformance",
     "KeyValueLayersConformance",
     "LongTermConformance",

@@ -124,7 +124,8 @@ class GraphConformance:
         await g.upsert(edges=edges, user_id="u")
         await g.upsert_edge("p1", "lives_in", "Paris", user_id="u")
         await g.upsert_edge("p1", "lives_in", "London", user_id="u")  # ends the Paris edge
-        await g.upsert_edge("p2", "knows", "p9", valid_to=datetime(2001, 1, 1, tzinfo=UTC), user_id="u")
+        await g.upsert_edge("p2", "knows", "p9", valid_from=datetime(2000, 1, 1, tzinfo=UTC),
+                            valid_to=datetime(2001, 1, 1, tzinfo=UTC), user_id="u")  # fmt: skip
         await g.delete_edge("hub", "knows", "p5", user_id="u")
         await g.delete_node("p6", user_id="u")
         scanning = await _graph(backend, GraphConfig(adjacency_cap=0))  # reads every hop by scan

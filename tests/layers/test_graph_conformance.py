@@ -8,7 +8,7 @@ import pytest
 
 from memkit import open_backend
 from memkit.backend import Backend
-from memkit.testing._graph import GraphConformance
+from memkit.testing import GraphConformance
 
 
 class TestGraphOnEveryBackend(GraphConformance):

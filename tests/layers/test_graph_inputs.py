@@ -52,15 +52,19 @@ async def test_a_moment_past_year_9999_in_utc_is_refused_and_datetime_max_reads_
     assert (await mem.graph.related("Ada", user_id="u")).edges[0].target == "Tea"
 
 
-async def test_an_end_in_the_past_without_a_start_is_refused(mem: Memkit) -> None:
-    """``valid_from`` defaults to now: the interval ended before it began, and never held."""
-    past = datetime.now(UTC) - timedelta(days=1)
-    await mem.graph.upsert_edge("Ada", "works at", "Acme", user_id="u", valid_from=past - timedelta(days=30))
-    with pytest.raises(ValidationError, match="valid_from, which defaults to now"):
-        await mem.graph.upsert_edge("Ada", "works at", "Acme", user_id="u", valid_to=past)
-    ended = await mem.graph.upsert_edge("Ada", "works at", "Acme", user_id="u", valid_from=past, valid_to=past
-                                        + timedelta(hours=1))  # fmt: skip
-    assert ended.valid_to is not None and all(i.valid_from < i.valid_to for i in ended.history if i.valid_to)
+async def test_an_end_without_a_start_ends_what_held_then_and_never_runs_backwards(mem: Memkit) -> None:
+    """``valid_from`` defaults to now: an end in the past made an interval from now back to it."""
+    now = datetime.now(UTC)
+    await mem.graph.upsert_edge("Ada", "works at", "Acme", user_id="u", valid_from=now - timedelta(days=30))
+    ended = await mem.graph.upsert_edge("Ada", "works at", "Acme", user_id="u", valid_to=now - timedelta(days=1))
+    assert [(i.valid_from, i.valid_to) for i in ended.history] == [(now - timedelta(days=30), now - timedelta(days=1))]
+    never = await mem.graph.upsert_edge("Ada", "knows", "Bob", user_id="u", valid_to=now - timedelta(days=2))
+    assert all(i.valid_from <= i.valid_to for i in never.history if i.valid_to)  # held at no moment
+    assert [e.target for e in await mem.graph.edges("Ada", as_of=now - timedelta(days=2), user_id="u")] == ["Acme"]
+    today = await mem.graph.upsert_edge("Ada", "likes", "tea", user_id="u")
+    stopped = await mem.graph.upsert_edge("Ada", "likes", "tea", user_id="u", valid_to=now - timedelta(days=3))
+    assert stopped.history == today.history  # it began today: nothing held then to end
+    assert (await mem.graph.upsert_edge("Ada", "likes", "tea", user_id="u", valid_to=datetime.now(UTC))).valid_to
 
 
 async def test_a_string_is_not_a_list_of_names(mem: Memkit) -> None:

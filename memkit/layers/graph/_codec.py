@@ -223,6 +223,8 @@ def new_edge(ends: tuple[str, str, str, str], edge: Edge, now: float, max_proven
     src, src_name, dst, dst_name = ends
     start = epoch(edge.valid_from) if edge.valid_from is not None else now
     end = epoch(edge.valid_to) if edge.valid_to is not None else None
+    if end is not None and end < start:  # only an end, already past, for an edge that never held: [end, end)
+        start = end  # (from now to that end ran backwards, and held at no moment all the same)
     return EdgeBody(src=src, rel=normal_relation(edge.relation), dst=dst, src_name=src_name, dst_name=dst_name,
                     history=((start, end),), attributes=dict(edge.attributes),
                     provenance=_newest(edge.provenance, max_provenance), updated=now)  # fmt: skip
@@ -234,7 +236,12 @@ def merge_edge(stored: EdgeBody, edge: Edge, now: float, max_provenance: int) ->
     history = list(stored.history)
     start = epoch(edge.valid_from) if edge.valid_from is not None else now
     end = epoch(edge.valid_to) if edge.valid_to is not None else None
-    if not _holds_at(history, start):
+    if edge.valid_from is None and end is not None and end <= now:
+        # "It stopped then", without a start: the interval that held just before ends there (it ran from now
+        # back to that end, which held at no moment); when none held then, there is nothing to end.
+        start = end - 1e-6
+        history = [(s, end if (s <= start and (e is None or start < e)) else e) for s, e in history]
+    elif not _holds_at(history, start):
         history.append((start, end))
         history.sort(key=lambda span: span[0])
     elif end is not None:  # the caller says when it stopped holding

@@ -7,7 +7,6 @@ from typing import Any, Final
 
 import msgspec
 
-from memkit._time import utcnow
 from memkit._validation import check_metadata, check_moment, check_text
 from memkit.errors import ValidationError
 from memkit.layers.graph._codec import normal_name, normal_relation, representable
@@ -70,9 +69,6 @@ def check_edge(edge: object, config: GraphConfig, what: str = "edge") -> Edge:
     end = _check_time(edge.valid_to, f"{what}.valid_to")
     if start is not None and end is not None and end <= start:
         raise ValidationError(f"{what}.valid_to ({end.isoformat()}) must be after valid_from ({start.isoformat()})")
-    if start is None and end is not None and end <= utcnow():  # the interval would end before it began
-        raise ValidationError(f"{what}.valid_to ({end.isoformat()}) is not after valid_from, which defaults to now: "
-                              "pass valid_from too (a moment the relation held)")  # fmt: skip
     if not isinstance(edge.provenance, list):
         raise ValidationError(f"{what}.provenance must be a list of memory or turn ids")
     for at, source in enumerate(edge.provenance):
