@@ -110,6 +110,32 @@ async def test_a_move_stated_in_the_same_call_ends_the_first_home(mem: Memkit) -
     assert kyiv.valid_to is not None
 
 
+async def test_the_last_stated_target_holds_whatever_its_name_or_state(mem: Memkit) -> None:
+    """Targets are compared as the nodes they resolve to (an alias is its node), and a target already current
+    stated again last holds, as separate calls leave it."""
+    graph = mem.graph
+
+    async def lives(*targets: str, source: str = "Ada") -> list[str]:
+        await graph.upsert(edges=[Edge(source=source, relation="lives in", target=t) for t in targets], user_id="u")
+        return [e.target for e in await graph.edges("Ada", relation="lives_in", user_id="u")]
+
+    await graph.upsert_node("Lisbon", aliases=["Lisboa"], type="place", user_id="u")
+    await graph.upsert_node("Ada", aliases=["Ada Lovelace"], type="person", user_id="u")
+    assert await lives("Lisbon", "Paris", "Lisboa") == ["Lisbon"]
+    assert await lives("Lisbon", "Paris") == ["Paris"]  # Paris was current: it still is, after Lisbon
+    assert await lives("Rome") == ["Rome"]
+    assert await graph.upsert(
+        edges=[
+            Edge(source="Ada", relation="lives in", target="Oslo"),
+            Edge(source="Ada Lovelace", relation="lives in", target="Bergen"),
+        ],
+        user_id="u",
+    )
+    assert [e.target for e in await graph.edges("Ada", relation="lives_in", user_id="u")] == ["Bergen"]
+    for edge in await graph.edges("Ada", include_ended=True, user_id="u"):
+        assert all(i.valid_to is None or i.valid_from <= i.valid_to for i in edge.history)
+
+
 # -- a model over real HTTP (the loopback double of the OpenAI API) ---------------------------------------------
 def _chat(double: LLMDouble) -> OpenAIChat:
     return OpenAIChat("gpt-test", base_url=double.openai_url, api_key="sk-test", backoff_s=0.01, max_backoff_s=0.1,

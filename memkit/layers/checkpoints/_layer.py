@@ -300,6 +300,11 @@ class Checkpoints:
         a blob already gone (its latest checkpoint then never loaded). A younger orphan may be such a save's;
         the next ``prune`` or ``delete`` sweeps it once it is old enough."""
         thread = _thread(thread_id, user_id, agent_id)
+        wiped = 0
+        try:
+            await self._index(thread)
+        except CorruptDataError:  # what the error says to do: every blob goes, before the index (no save can
+            wiped = int(await self.backend.kv_delete_prefix(NAMESPACE, thread.blob_prefix))  # land while unreadable)
         damaged = False
 
         def empty(current: bytes | None) -> tuple[bytes, builtins.list[str]]:
@@ -312,7 +317,7 @@ class Checkpoints:
 
         dropped = await update_kv(self.backend, NAMESPACE, thread.index_key, empty)
         if damaged:
-            return int(await self.backend.kv_delete_prefix(NAMESPACE, thread.blob_prefix))
+            return wiped
         await self._forget(thread, dropped)
         await self._sweep_orphans(thread)
         return len(dropped)

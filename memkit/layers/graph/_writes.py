@@ -198,13 +198,25 @@ class GraphWriter:
     async def write_edges(self, edges: Sequence[Edge], nodes: dict[str, Record]) -> list[tuple[str, EdgeBody]]:
         """Merge each edge between its resolved endpoints; returns (id, stored body) per edge, in order.
 
-        The endpoints' lists of newest edges (``_adjacency``) are written before the edges they name, and
-        again after any edge a concurrent writer made this one write with a later stamp."""
+        A call that gives one source several targets of a functional relation ("I live in Paris. Actually,
+        I moved to Lisbon.") writes them as calls one after another would, a microsecond apart, the last
+        stated last (``_stated_passes``): written at one moment, none began after another, so none ended."""
+        passes = _stated_passes(edges, nodes, self.now, self._is_functional)
+        if len(passes) == 1:
+            return await self._write_pass(edges, nodes)
+        written: dict[int, tuple[str, EdgeBody]] = {}
+        for positions, batch in passes:
+            written.update(zip(positions, await self._write_pass(batch, nodes), strict=True))
+        return [written[at] for at in range(len(edges))]
+
+    async def _write_pass(self, edges: Sequence[Edge], nodes: dict[str, Record]) -> list[tuple[str, EdgeBody]]:
+        """``write_edges`` of edges that give each functional relation one target at most. The endpoints'
+        lists of newest edges (``_adjacency``) are written before the edges they name, and again after any
+        edge a concurrent writer made this one write with a later stamp."""
         merges: dict[str, list[Edge]] = {}
         ends_of: dict[str, tuple[str, str, str, str]] = {}
         order = []
         names = {record.id: self.body_of(record, decode_node).name for record in nodes.values()}
-        edges = _in_stated_order(edges, self.now, self._is_functional)
         for edge in edges:
             src, dst = nodes[normal_name(edge.source)], nodes[normal_name(edge.target)]
             target = edge_id(self.owner, src.id, edge.relation, dst.id)
@@ -362,25 +374,36 @@ class GraphWriter:
             return await merge_record(self.store, collection, target, self.scope, build=build)
 
 
-def _in_stated_order(edges: Sequence[Edge], now: float, functional: Callable[[Edge], bool]) -> Sequence[Edge]:
-    """A batch that gives one source several targets of a functional relation ("I live in Paris. Actually, I
-    moved to Lisbon."), none with a ``valid_from``: each target starts a microsecond after the one stated
-    before it, the last at ``now``, so the last one holds and ends the others. All starting at ``now``, none
-    began after another, so none was ended: two current homes."""
+def _stated_passes(
+    edges: Sequence[Edge], nodes: dict[str, Record], now: float, functional: Callable[[Edge], bool]
+) -> list[tuple[list[int], list[Edge]]]:
+    """The edges as passes (positions, edges): pass k holds the k-th target stated for each (source, functional
+    relation) given several in this call, starting ``now`` less a microsecond per target stated after it
+    (the last at ``now``); pass 0 also holds every other edge. Endpoints are compared as the nodes they
+    resolve to (an alias is its node); an edge with its own ``valid_from`` or ``valid_to`` keeps it."""
 
-    def key(edge: Edge) -> tuple[tuple[str, str], str] | None:
-        if edge.valid_from is not None or not functional(edge):
+    def group(edge: Edge) -> tuple[tuple[str, str], str] | None:
+        if edge.valid_from is not None or edge.valid_to is not None or not functional(edge):
             return None
-        return (normal_name(edge.source), normal_relation(edge.relation)), normal_name(edge.target)
+        source, target = nodes[normal_name(edge.source)].id, nodes[normal_name(edge.target)].id
+        return (source, normal_relation(edge.relation)), target
 
     stated: dict[tuple[str, str], list[str]] = {}
     for edge in edges:
-        if (found := key(edge)) is not None:
+        if (found := group(edge)) is not None:
             targets = stated.setdefault(found[0], [])
             targets[:] = [*(t for t in targets if t != found[1]), found[1]]  # the last statement's place
     if all(len(targets) < 2 for targets in stated.values()):
-        return edges
-    starts = {(group, target): from_epoch(now - (len(targets) - 1 - at) * 1e-6)
-              for group, targets in stated.items() for at, target in enumerate(targets)}  # fmt: skip
-    return [edge if (found := key(edge)) is None else msgspec.structs.replace(edge, valid_from=starts[found])
-            for edge in edges]  # fmt: skip
+        return [(list(range(len(edges))), list(edges))]
+    passes: list[tuple[list[int], list[Edge]]] = [([], []) for _ in range(max(map(len, stated.values())))]
+    for at, edge in enumerate(edges):
+        found = group(edge)
+        targets = stated.get(found[0], []) if found is not None else []
+        if found is None or len(targets) < 2:
+            passes[0][0].append(at)
+            passes[0][1].append(edge)
+            continue
+        k = targets.index(found[1])
+        passes[k][0].append(at)
+        passes[k][1].append(msgspec.structs.replace(edge, valid_from=from_epoch(now - (len(targets) - 1 - k) * 1e-6)))
+    return [(positions, batch) for positions, batch in passes if positions]
