@@ -12,6 +12,7 @@ from typing import Any, TypeGuard
 
 import msgspec
 
+from memkit._encodable import encodable
 from memkit._repr import short_repr
 from memkit.backend import FilterValue, Scope, check_filters
 from memkit.errors import ContentError, ImportanceError, ScopeError, ValidationError
@@ -64,16 +65,6 @@ def _as_str_hint(value: object) -> str:
     """For a ``str`` subclass (``numpy.str_`` from an array, say): what to do about it."""
     return "; pass str(value) (a str subclass other than a str Enum member is not stored)" if isinstance(
         value, str) else ""  # fmt: skip
-
-
-def encodable(text: str) -> bool:
-    if text.isascii():  # most text, checked without encoding a copy
-        return True
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def check_importance(importance: object) -> float:

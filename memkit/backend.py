@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeAlias
 import msgspec
 
 from memkit._concurrency import gather_bounded
+from memkit._encodable import encodable
 from memkit._repr import short_repr
 from memkit._url import StorageURL
 from memkit.errors import ScopeError, ValidationError
@@ -186,16 +187,8 @@ def _is_field_value(value: object) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, str):
-        return "\x00" not in value and _encodable(value)
+        return "\x00" not in value and encodable(value)
     return False
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def check_filters(filters: object, what: str = "filters") -> None:
@@ -205,7 +198,7 @@ def check_filters(filters: object, what: str = "filters") -> None:
     if not isinstance(filters, Mapping):
         raise ValidationError(f"{what} must be a mapping of field -> value, got {type(filters).__name__}")
     for name, wanted in filters.items():
-        if not isinstance(name, str) or "\x00" in name or not _encodable(name):
+        if not isinstance(name, str) or "\x00" in name or not encodable(name):
             raise ValidationError(f"{what}: field name {short_repr(name)} is not text without NUL")
         values = wanted if isinstance(wanted, list | tuple) else (wanted,)
         for value in values:

@@ -12,6 +12,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from memkit._encodable import encodable
 from memkit._time import utcnow
 from memkit.backend import Scope, Weights
 from memkit.errors import ValidationError
@@ -177,7 +178,7 @@ def _check_config(config: LongTermConfig) -> None:
 
     collection = config.collection
     require(isinstance(collection, str) and 0 < len(collection) <= 512 and "\x00" not in collection
-            and _encodable(collection), "collection must be a non-empty string of at most 512 characters, "
+            and encodable(collection), "collection must be a non-empty string of at most 512 characters, "
             "without NUL, valid Unicode")  # fmt: skip
     require(finite(config.min_importance) and 0 <= config.min_importance <= 1, "min_importance must be in 0..1")
     require(integer(config.max_content_chars, 1, 1_000_000), "max_content_chars must be an integer in 1..1,000,000")
@@ -205,11 +206,3 @@ def _check_config(config: LongTermConfig) -> None:
     require(integer(config.feedback_terms, 0, 100), "feedback_terms must be an integer in 0..100")
     require(isinstance(config.fusion, str) and config.fusion in ("blend", "rrf"), "fusion must be 'blend' or 'rrf'")
     require(isinstance(config.weights, Weights), "weights must be a memkit.Weights")
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
